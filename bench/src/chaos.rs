@@ -1,3 +1,4 @@
+// Over 600 lines: the fault schedule, the seven apps' job builders and the recovery checks share one run loop.
 //! `petrel bench chaos`: multi-process jobs of every self-recovering app (`petrel train
 //! lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr`, with checkpoints and
 //! `--max-restarts`) run again and again while a seeded schedule kills, pauses, attacks or
@@ -10,6 +11,7 @@ use crate::common::name_of;
 use petrel::netns::{Hosts, LinkShape};
 use petrel::report::{fmt, print_json};
 use petrel::train::p3::processes::Teardown;
+use petrel_net::hostile::Refusal;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -412,15 +414,9 @@ fn member_attacks(out: &Path) -> Vec<String> {
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
         .flat_map(|text| {
-            let lines: Vec<String> = text
-                .lines()
-                .filter_map(|l| {
-                    let said = l.split_once(SAID)?.1;
-                    // The log line's fields (` node=… victim=…`) follow the message.
-                    Some(said.split(" node=").next().unwrap_or(said).to_string())
-                })
-                .collect();
-            lines
+            // The log line's fields (` node=… victim=…`) follow the message.
+            let said = |l: &str| Some(l.split_once(SAID)?.1.split(" node=").next()?.to_string());
+            text.lines().filter_map(said).collect::<Vec<_>>()
         })
         .collect()
 }
@@ -521,8 +517,7 @@ struct HostileOutcome {
 }
 
 impl HostileOutcome {
-    fn record(&mut self, why: Option<petrel_net::hostile::Refusal>) {
-        use petrel_net::hostile::Refusal;
+    fn record(&mut self, why: Option<Refusal>) {
         match why {
             Some(Refusal::StolenKey) => self.refused += 1,
             Some(Refusal::Hoarding | Refusal::TooSlow) => self.disconnected += 1,
@@ -806,20 +801,17 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         .unwrap_or_else(|| temp.path().to_path_buf());
     std::fs::create_dir_all(&root).map_err(BenchError::io("bench directory"))?;
     let limit = Duration::from_secs(args.run_timeout_s);
-
     if args.apps.is_empty() || args.faults.is_empty() {
         return Err(BenchError::Incomplete(
             "--apps and --faults need at least one value each".into(),
         ));
     }
     let references = reference_runs(&args, &root, limit)?;
+    let reference_s = references.iter().map(|(a, (s, _))| (a.clone(), *s));
     let mut table = Vec::new();
     let mut figures = Figures {
         runs: args.runs,
-        reference_s: references
-            .iter()
-            .map(|(a, (s, _))| (a.clone(), *s))
-            .collect(),
+        reference_s: reference_s.collect(),
         seed: args.seed,
         ..Figures::default()
     };
@@ -854,16 +846,14 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         drop(hosts);
         figures.netns_left = set.any_left();
     }
-    let references: Vec<String> = references
-        .iter()
+    let references: Vec<String> = (references.iter())
         .map(|(app, (s, _))| format!("{app} {} s", fmt(*s)))
         .collect();
     println!(
         "uninterrupted reference runs: {}; recovery s = a faulted run's wall time minus its app's reference",
         references.join(", ")
     );
-    print_json(&figures)?;
-    Ok(())
+    Ok(print_json(&figures)?)
 }
 
 /// The table's rows, one per planned run.

@@ -9,6 +9,42 @@ use petrel_ps::{PsApp, PsError, PsLrSettings, PsMfSettings};
 use serde::Serialize;
 use std::path::Path;
 
+/// The `--net` overrides of the benches that measure the transport.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NetArgs {
+    /// A transport knob for every node, as `KEY=VALUE` of `[net]` (repeatable), e.g.
+    /// `--net max_udp_payload=65527`.
+    #[arg(long = "net", value_name = "KEY=VALUE")]
+    pub net: Vec<String>,
+}
+
+impl NetArgs {
+    /// The transport knobs with the overrides applied (the `[net]` keys of the settings; a
+    /// value is read as JSON when it parses, as a string otherwise), so a benchmark can
+    /// measure one knob against the defaults.
+    pub(crate) fn config(&self) -> Result<petrel_net::NetConfig, BenchError> {
+        let mut value = serde_json::to_value(petrel_net::NetConfig::default())?;
+        for given in &self.net {
+            let bad = |reason: String| BenchError::NetOverride {
+                given: given.clone(),
+                reason,
+            };
+            let (key, raw) = given
+                .split_once('=')
+                .ok_or_else(|| bad("expected KEY=VALUE".into()))?;
+            let parsed = serde_json::from_str(raw.trim())
+                .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
+            let Some(map) = value.as_object_mut() else {
+                return Err(bad("the [net] knobs are not a table".into()));
+            };
+            map.insert(key.trim().to_string(), parsed);
+            serde_json::from_value::<petrel_net::NetConfig>(value.clone())
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        Ok(serde_json::from_value(value)?)
+    }
+}
+
 /// The nodes of each run of a parameter-server bench.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PsClusterArgs {

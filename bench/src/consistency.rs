@@ -488,33 +488,28 @@ fn plot(path: &Path, app: ConsistencyApp, runs: &[ConsistencyRun]) -> Result<(),
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let series: Vec<Series> = [
-        ConsistencyModel::Bsp,
-        ConsistencyModel::Ssp,
-        ConsistencyModel::Essp,
-        ConsistencyModel::Async,
-    ]
-    .into_iter()
-    .filter_map(|m| {
-        let pts: Vec<(f64, f64)> = runs
-            .iter()
-            .filter(|r| r.model == m)
-            .map(|r| {
-                let x = r.staleness.map_or(max_s, f64::from);
-                (x, r.time_to_target_s.unwrap_or(r.wall_s))
+    let models = <ConsistencyModel as clap::ValueEnum>::value_variants();
+    let series: Vec<Series> = (models.iter().copied())
+        .filter_map(|m| {
+            let pts: Vec<(f64, f64)> = runs
+                .iter()
+                .filter(|r| r.model == m)
+                .map(|r| {
+                    let x = r.staleness.map_or(max_s, f64::from);
+                    (x, r.time_to_target_s.unwrap_or(r.wall_s))
+                })
+                .collect();
+            let points = match pts[..] {
+                [] => return None,
+                [(_, y)] => vec![(0.0, y), (max_s, y)],
+                _ => pts,
+            };
+            Some(Series {
+                name: m.to_string(),
+                points,
             })
-            .collect();
-        let points = match pts[..] {
-            [] => return None,
-            [(_, y)] => vec![(0.0, y), (max_s, y)],
-            _ => pts,
-        };
-        Some(Series {
-            name: m.to_string(),
-            points,
         })
-    })
-    .collect();
+        .collect();
     line_plot(
         path,
         &format!("{app} on the parameter server: time to target vs staleness"),

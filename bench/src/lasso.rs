@@ -17,10 +17,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LassoBenchArgs {
-    #[arg(long, default_value_t = 400)]
-    pub n_samples: usize,
-    #[arg(long, default_value_t = 5000)]
-    pub n_features: usize,
+    #[command(flatten)]
+    pub runs: LassoRunArgs,
     /// Features per correlated group.
     #[arg(long, default_value_t = 10)]
     pub group_size: usize,
@@ -32,9 +30,6 @@ pub struct LassoBenchArgs {
     /// lambda = fraction * max_j |x_j^T y|.
     #[arg(long, default_value_t = 0.2)]
     pub lambda_fraction: f64,
-    /// U: coordinates per round (all modes).
-    #[arg(long, default_value_t = 16)]
-    pub block_size: usize,
     /// U': candidates per round before the dependency check.
     #[arg(long, default_value_t = 64)]
     pub candidate_pool: usize,
@@ -53,24 +48,55 @@ pub struct LassoBenchArgs {
     /// Run cyclic without the dependency check (diverges on correlated neighbours).
     #[arg(long)]
     pub cyclic_plain: bool,
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
     /// Rounds in flight.
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
     /// Relative objective gap to reach.
     #[arg(long, default_value_t = 1e-3)]
     pub tolerance: f64,
-    /// Runs per mode (scheduler seeds 0..repeats); the table shows the median.
-    #[arg(long, default_value_t = 3)]
-    pub repeats: u64,
     #[arg(long, default_value_t = 30_000)]
     pub max_rounds: u64,
+    #[arg(long, default_value = "target/bench-lasso")]
+    pub out: PathBuf,
+}
+
+/// The design and the runs of the Lasso benches.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LassoRunArgs {
+    #[arg(long, default_value_t = 400)]
+    pub n_samples: usize,
+    #[arg(long, default_value_t = 5000)]
+    pub n_features: usize,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// U: coordinates per round (of each scheduler).
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Runs per variant (scheduler seeds 0..repeats); the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u64,
     /// How the nodes run.
     #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
     pub transport: JobTransport,
-    #[arg(long, default_value = "target/bench-lasso")]
-    pub out: PathBuf,
+}
+
+impl LassoRunArgs {
+    /// `--repeats` runs (seeds 0, 1, ...) of `job(seed)` on `--workers` workers.
+    pub(crate) fn repeat(
+        &self,
+        colocate: bool,
+        job: impl Fn(u64) -> LassoSettings,
+    ) -> Result<Vec<LassoMetrics>, StradsTrainError> {
+        (0..self.repeats.max(1))
+            .map(|seed| {
+                let job = job(seed);
+                let m = run_lasso_job(&job, self.workers, self.transport, colocate)?;
+                tracing::info!(mode = %job.mode, schedulers = job.schedulers, depth = job.depth, seed,
+                    updates = ?m.target_updates, seconds = m.elapsed_s, "lasso bench run");
+                Ok(m)
+            })
+            .collect()
+    }
 }
 
 /// The keys the Lasso benches' JSON lines open with.
@@ -110,8 +136,8 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     println!(
         "design {}x{} (groups of {} at corr {}), lambda {lambda:.4}; reference optimum {optimum:.8} \
          after {} serial updates ({:.1} s, KKT {:.1e})",
-        args.n_samples,
-        args.n_features,
+        args.runs.n_samples,
+        args.runs.n_features,
         args.group_size,
         args.correlation,
         m.updates,
@@ -133,15 +159,13 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let mut medians = std::collections::HashMap::new();
     let mut rows = Vec::new();
     for (mode, rho) in variants {
-        let runs = repeat_runs(args.repeats, args.workers, args.transport, false, |seed| {
-            LassoSettings {
-                mode,
-                rho,
-                seed,
-                target_objective: Some(target),
-                out_dir: Some(out.join(format!("{mode}-{seed}"))),
-                ..base.clone()
-            }
+        let runs = args.runs.repeat(false, |seed| LassoSettings {
+            mode,
+            rho,
+            seed,
+            target_objective: Some(target),
+            out_dir: Some(out.join(format!("{mode}-{seed}"))),
+            ..base.clone()
         })?;
         let reached = runs.iter().filter(|m| m.target_updates.is_some()).count();
         // A median to the target only when every run reached it.
@@ -173,9 +197,9 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let (cu, cs, _) = get(ScheduleMode::Cyclic);
     let figures = Figures {
         design,
-        block_size: args.block_size,
-        workers: args.workers,
-        repeats: args.repeats,
+        block_size: args.runs.block_size,
+        workers: args.runs.workers,
+        repeats: args.runs.repeats,
         dynamic_updates: du,
         random_updates: ru,
         cyclic_updates: cu,
@@ -197,8 +221,8 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
 /// The job every variant runs: the bench's design and scheduler flags, no evaluation.
 fn base_job(args: &LassoBenchArgs) -> LassoSettings {
     let synthetic = SyntheticLasso {
-        n_samples: args.n_samples,
-        n_features: args.n_features,
+        n_samples: args.runs.n_samples,
+        n_features: args.runs.n_features,
         group_size: args.group_size,
         correlation: args.correlation,
         n_nonzero: args.n_nonzero,
@@ -209,7 +233,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoSettings {
     LassoSettings {
         synthetic,
         lambda_fraction: args.lambda_fraction,
-        block_size: args.block_size,
+        block_size: args.runs.block_size,
         candidate_pool: args.candidate_pool,
         eta: args.eta,
         priority_exponent: args.priority_exponent,
@@ -243,25 +267,6 @@ pub(crate) fn solve_design(
         optimum: m.final_objective,
     };
     Ok((design, m))
-}
-
-/// `repeats` runs (seeds 0, 1, ...) of `job(seed)` on `workers` workers.
-pub(crate) fn repeat_runs(
-    repeats: u64,
-    workers: usize,
-    transport: JobTransport,
-    colocate: bool,
-    job: impl Fn(u64) -> LassoSettings,
-) -> Result<Vec<LassoMetrics>, StradsTrainError> {
-    (0..repeats.max(1))
-        .map(|seed| {
-            let job = job(seed);
-            let m = run_lasso_job(&job, workers, transport, colocate)?;
-            tracing::info!(mode = %job.mode, schedulers = job.schedulers, depth = job.depth, seed,
-                updates = ?m.target_updates, seconds = m.elapsed_s, "lasso bench run");
-            Ok(m)
-        })
-        .collect()
 }
 
 /// Plots the first run of each mode: relative objective gap against time and against

@@ -4,21 +4,18 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
-use crate::lasso::{DesignFigures, repeat_runs, solve_design};
+use crate::lasso::{DesignFigures, LassoRunArgs, solve_design};
 use crate::scale::write_plot;
 use petrel::train::StradsTrainError;
 use petrel::train::plot::{Series, absolute};
-use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoSettings, SyntheticLasso};
 use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LassoSchedulersBenchArgs {
-    #[arg(long, default_value_t = 400)]
-    pub n_samples: usize,
-    #[arg(long, default_value_t = 5000)]
-    pub n_features: usize,
+    #[command(flatten)]
+    pub runs: LassoRunArgs,
     /// Scheduler counts to compare.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub schedulers: Vec<usize>,
@@ -28,21 +25,11 @@ pub struct LassoSchedulersBenchArgs {
     /// Run every scheduler of a variant on one node.
     #[arg(long)]
     pub colocate: bool,
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
-    /// U per scheduler.
-    #[arg(long, default_value_t = 16)]
-    pub block_size: usize,
     #[arg(long, default_value_t = 1e-5)]
     pub gap_tolerance: f64,
     /// Update rounds per scheduler between synchronised evaluations.
     #[arg(long, default_value_t = 200)]
     pub eval_every: u64,
-    #[arg(long, default_value_t = 3)]
-    pub repeats: u64,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
     #[arg(long, default_value = "target/bench-lasso-schedulers")]
     pub out: PathBuf,
 }
@@ -78,19 +65,19 @@ fn median<T: Copy + PartialOrd + Default>(v: Vec<T>) -> T {
 }
 
 pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
-    if args.schedulers.is_empty() || args.depths.is_empty() || args.repeats == 0 {
+    if args.schedulers.is_empty() || args.depths.is_empty() || args.runs.repeats == 0 {
         return Err(StradsTrainError::Usage(
             "need at least one scheduler count, one depth and one repeat",
         ));
     }
     let base = LassoSettings {
         synthetic: SyntheticLasso {
-            n_samples: args.n_samples,
-            n_features: args.n_features,
+            n_samples: args.runs.n_samples,
+            n_features: args.runs.n_features,
             ..SyntheticLasso::default()
         },
-        block_size: args.block_size,
-        candidate_pool: args.block_size * 4,
+        block_size: args.runs.block_size,
+        candidate_pool: args.runs.block_size * 4,
         eval_every: args.eval_every,
         gap_tolerance: Some(args.gap_tolerance),
         ..LassoSettings::default()
@@ -99,26 +86,20 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     let (lambda, optimum) = (design.lambda, design.optimum);
     println!(
         "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
-        args.n_samples, args.n_features, args.gap_tolerance
+        args.runs.n_samples, args.runs.n_features, args.gap_tolerance
     );
     let out = absolute(&args.out)?;
     let mut variants = Vec::new();
     let mut series = Vec::new();
     for &depth in &args.depths {
         for &s in &args.schedulers {
-            let runs = repeat_runs(
-                args.repeats,
-                args.workers,
-                args.transport,
-                args.colocate,
-                |seed| LassoSettings {
-                    schedulers: s,
-                    depth,
-                    seed,
-                    out_dir: Some(out.join(format!("s{s}-d{depth}-{seed}"))),
-                    ..base.clone()
-                },
-            )?;
+            let runs = args.runs.repeat(args.colocate, |seed| LassoSettings {
+                schedulers: s,
+                depth,
+                seed,
+                out_dir: Some(out.join(format!("s{s}-d{depth}-{seed}"))),
+                ..base.clone()
+            })?;
             let secs: Vec<f64> = runs.iter().map(|m| m.elapsed_s).collect();
             let v = Variant {
                 schedulers: s,
@@ -165,9 +146,9 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     )?;
     crate::scale::print_figures(&Figures {
         design,
-        workers: args.workers,
-        block_size: args.block_size,
-        repeats: args.repeats,
+        workers: args.runs.workers,
+        block_size: args.runs.block_size,
+        repeats: args.runs.repeats,
         colocate: args.colocate,
         variants,
         plot,

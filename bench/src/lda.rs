@@ -129,19 +129,18 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     let mut table: Vec<_> = (runs.iter())
         .map(|(p, m)| row("rotation".into(), *p, m))
         .collect();
+    let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let ps = if args.no_ps {
         None
     } else {
-        let &(p, _) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
-        let m = run_ps(&args, p, &out)?;
-        table.push(row(format!("ps ssp s={}", args.staleness), p, &m.lda));
+        let m = run_ps(&args, *p, &out)?;
+        table.push(row(format!("ps ssp s={}", args.staleness), *p, &m.lda));
         Some(m)
     };
     let keys = "system workers tokens_per_s tokens_per_s_per_worker sampling_s initial_loglik_per_token \
                 final_loglik_per_token";
     crate::common::json_table(&table, keys).print();
     let plot = plot_loglik(&args, &out, &runs, ps.as_ref())?;
-    let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
         .iter()
         .find(|(p, _)| *p == 1)

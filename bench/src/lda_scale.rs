@@ -102,7 +102,11 @@ pub fn run(args: LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainError> {
-    validate(args)?;
+    if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
+        return Err(StradsTrainError::Usage(
+            "--doc-length must be positive and every --tokens size at least one document",
+        ));
+    }
     let out = absolute(&args.out)?;
     let runs = grid(
         &args.tokens,
@@ -173,15 +177,6 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         per_core_spread,
         plot,
     })
-}
-
-fn validate(args: &LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
-        return Err(StradsTrainError::Usage(
-            "--doc-length must be positive and every --tokens size at least one document",
-        ));
-    }
-    Ok(())
 }
 
 /// One run: a corpus of about `tokens` tokens on `workers` workers, and its table row.

@@ -106,33 +106,6 @@ pub enum BenchError {
     },
 }
 
-/// The transport knobs with `--net KEY=VALUE` overrides applied (the `[net]` keys of the
-/// settings; a value is read as JSON when it parses, as a string otherwise), so a benchmark
-/// can measure one knob against the defaults.
-pub fn net_config(overrides: &[String]) -> Result<petrel_net::NetConfig, BenchError> {
-    let mut value = serde_json::to_value(petrel_net::NetConfig::default())?;
-    for given in overrides {
-        let bad = |reason: String| BenchError::NetOverride {
-            given: given.clone(),
-            reason,
-        };
-        let (key, raw) = given
-            .split_once('=')
-            .ok_or_else(|| bad("expected KEY=VALUE".into()))?;
-        let parsed = serde_json::from_str(raw.trim())
-            .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
-        match value.as_object_mut() {
-            Some(map) => {
-                map.insert(key.trim().to_string(), parsed);
-            }
-            None => return Err(bad("the [net] knobs are not a table".into())),
-        }
-        serde_json::from_value::<petrel_net::NetConfig>(value.clone())
-            .map_err(|e| bad(e.to_string()))?;
-    }
-    Ok(serde_json::from_value(value)?)
-}
-
 /// A cluster `name` on this host: per `(node, role)` one node on 127.0.0.1.
 pub(crate) fn local_settings<'a>(
     name: &str,
@@ -194,10 +167,9 @@ impl BenchError {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn net_overrides_apply_and_bad_ones_name_the_key() {
+        let net_config = |net: &[String]| crate::common::NetArgs { net: net.to_vec() }.config();
         let cfg = net_config(&[
             "max_udp_payload=65527".into(),
             "congestion=bbr".into(),

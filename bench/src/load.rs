@@ -191,13 +191,11 @@ pub fn run(args: LoadBenchArgs) -> Result<(), BenchError> {
         let _ = std::fs::remove_file(cache::cache_path(file));
     }
     table.print();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    print_json(&LoadFigures {
+    Ok(print_json(&LoadFigures {
         libsvm_mb_per_s: cold[0],
         ratings_mb_per_s: cold[1],
         bow_mb_per_s: cold[2],
         cache_mb_per_s: cached_bytes / cached_secs,
-        cores,
-    })?;
-    Ok(())
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })?)
 }

@@ -3,7 +3,7 @@
 //! sign of the response ([`crate::scale`]). f* is the baseline run until a full sweep
 //! lowers the objective by at most `--optimum-tolerance`.
 
-use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, DesignSize, PetrelRun, Prepared};
+use crate::scale::{CdRun, CdScale, CdScaleArgs, DesignSize, PetrelRun, Prepared};
 use petrel::train::{StradsTrainError, run_job};
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
@@ -131,16 +131,9 @@ impl CdScale for LogisticScaleBenchArgs {
     fn top(&self) {}
 }
 
-/// Runs the bench, prints its table and JSON line.
+/// Runs the bench, prints its table, plot and JSON line.
 pub fn run(args: LogisticScaleBenchArgs) -> Result<(), StradsTrainError> {
-    crate::scale::print_figures(&measure(&args)?)
-}
-
-/// Runs every size, repeat and worker count, prints the table and writes the plot.
-pub fn measure(
-    args: &LogisticScaleBenchArgs,
-) -> Result<CdScaleFigures<(), (), ()>, StradsTrainError> {
-    crate::scale::measure_cd(args)
+    crate::scale::print_figures(&crate::scale::measure_cd(&args)?)
 }
 
 #[cfg(test)]
@@ -164,7 +157,7 @@ mod tests {
             optimum_tolerance: 1e-11,
             out: dir.path().to_path_buf(),
         };
-        let f = measure(&args).unwrap();
+        let f = crate::scale::measure_cd(&args).unwrap();
         let size = &f.sizes[0];
         assert_eq!(size.per_workers.len(), 2);
         for run in size.per_workers.values() {

@@ -267,15 +267,6 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfSettings 
     }
 }
 
-fn variant_name(p: Option<SendPolicy>) -> &'static str {
-    match p {
-        None => "clock",
-        Some(SendPolicy::Fifo) => "fifo",
-        Some(SendPolicy::Random) => "random",
-        Some(SendPolicy::RelativeMagnitude) => "relative-magnitude",
-    }
-}
-
 fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
     let run = traffic(
         name,
@@ -306,6 +297,10 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
 pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
+    let (app, metric, stem) = match lda {
+        true => ("lda", "loglik_per_token", "managed-lda"),
+        false => ("mf", "rmse", "managed"),
+    };
     let compute = if lda {
         "sampling (real time)".to_string()
     } else {
@@ -314,7 +309,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     eprintln!(
         "{} on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {compute} \
          in {} slices, managed variants {} within {} of the link",
-        if lda { "lda" } else { "mf" },
+        app,
         args.cluster.workers,
         args.cluster.shards,
         args.consistency,
@@ -331,12 +326,11 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         args.budget_fraction
     );
     let mut runs = Vec::new();
-    for policy in [
-        None,
-        Some(SendPolicy::Fifo),
-        Some(SendPolicy::RelativeMagnitude),
+    for (policy, name) in [
+        (None, "clock"),
+        (Some(SendPolicy::Fifo), "fifo"),
+        (Some(SendPolicy::RelativeMagnitude), "relative-magnitude"),
     ] {
-        let name = variant_name(policy);
         eprintln!("running {name} ...");
         let shape = |s: &mut Settings| {
             s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
@@ -363,14 +357,15 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
             .find(|r| r.variant == v)
             .and_then(|r| r.time_to_target_s)
     };
-    let stem = if lda { "managed-lda" } else { "managed" };
-    let time_plot = args.plot_dir.join(format!("{stem}-time.svg"));
-    let bytes_plot = args.plot_dir.join(format!("{stem}-bytes.svg"));
-    plot(&time_plot, &runs, target, false, args.app)?;
-    plot(&bytes_plot, &runs, target, true, args.app)?;
+    let mut plots = Vec::new();
+    for (by_bytes, x) in [(false, "time"), (true, "bytes")] {
+        let path = args.plot_dir.join(format!("{stem}-{x}.svg"));
+        plot(&path, &runs, target, by_bytes, args.app)?;
+        plots.push(path.display().to_string());
+    }
     let figures = ManagedFigures {
-        app: if lda { "lda" } else { "mf" }.into(),
-        metric: if lda { "loglik_per_token" } else { "rmse" }.into(),
+        app: app.into(),
+        metric: metric.into(),
         mbit,
         budget_fraction: args.budget_fraction,
         consistency: args.consistency,
@@ -381,10 +376,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         clock_over_relative_magnitude: ratio(t("clock"), t("relative-magnitude")),
         fifo_over_relative_magnitude: ratio(t("fifo"), t("relative-magnitude")),
         runs,
-        plots: vec![
-            time_plot.display().to_string(),
-            bytes_plot.display().to_string(),
-        ],
+        plots,
     };
     let keys = "variant reached_target time_to_target_s iterations sent_bytes received_bytes \
                 both_ways_per_clock bytes_to_target final_value mean_staleness";

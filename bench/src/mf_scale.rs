@@ -116,11 +116,6 @@ fn sweeps_to_target(
     Some(updates as f64 / steps_per_sweep.max(1) as f64)
 }
 
-/// Resets this process's peak resident memory (`VmHWM`); false where not allowed.
-fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
-
 /// Runs the bench, prints its table and JSON line.
 pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
     crate::scale::print_figures(&measure(&args)?)
@@ -128,7 +123,16 @@ pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainError> {
-    validate(args)?;
+    if args.grid.workers.contains(&0) || args.ratings.contains(&0) {
+        return Err(StradsTrainError::Usage(
+            "--ratings and --workers must be positive",
+        ));
+    }
+    if !(args.observed_fraction > 0.0 && args.observed_fraction <= 1.0) {
+        return Err(StradsTrainError::Usage(
+            "--observed-fraction must be in (0, 1]",
+        ));
+    }
     let out = absolute(&args.out)?;
     let mut one_worker_s = BTreeMap::new();
     let sizes: Vec<MfScaleRun> = grid(
@@ -208,20 +212,6 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
     })
 }
 
-fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.grid.workers.contains(&0) || args.ratings.contains(&0) {
-        return Err(StradsTrainError::Usage(
-            "--ratings and --workers must be positive",
-        ));
-    }
-    if !(args.observed_fraction > 0.0 && args.observed_fraction <= 1.0) {
-        return Err(StradsTrainError::Usage(
-            "--observed-fraction must be in (0, 1]",
-        ));
-    }
-    Ok(())
-}
-
 /// One run: about `requested` ratings on `workers` workers.
 fn run_one(
     args: &MfScaleBenchArgs,
@@ -238,7 +228,9 @@ fn run_one(
     );
     job.validate().map_err(StradsError::from)?;
     let steps_per_sweep = job.layout().width();
-    let rss_tracked = args.grid.transport != JobTransport::Processes && reset_peak_rss();
+    // Resets this process's peak resident memory (`VmHWM`) where allowed.
+    let rss_tracked = args.grid.transport != JobTransport::Processes
+        && std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let started = Instant::now();
     let m = run_job::<MfApp>(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();

@@ -1,3 +1,4 @@
+// Over 600 lines: three propagation modes, the emulated compute profile and the link shaping share one run.
 //! `petrel bench p3`: sequential vs fifo vs p3 parameter propagation side by side on an
 //! in-process cluster (2 workers + 2 shards by default, each node its own QUIC endpoint on
 //! 127.0.0.1) with every node's link shaped. Compute is emulated (the profiled time of
@@ -391,7 +392,6 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
     validate(&args)?;
     let full = load_profile(&args.model)?;
     let setup = setup_for(&args, &full)?;
-    let has_measured = setup.profile.layers.iter().any(|l| l.measured.is_some());
     let probe = setup.cost(1000.0, args.workers);
     let balanced_mbit = Bounds::balanced_bandwidth(&setup.profile, &probe) * 8.0 / 1e6;
     let bandwidths = if args.bandwidth.is_empty() {
@@ -405,36 +405,64 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
     if args.slice_size == 0 {
         args.slice_size = auto_slice(&args, &setup, bandwidths[0])?;
     }
-    print_setup(&args, &full, &setup, has_measured);
+    print_setup(&args, &full, &setup);
     println!("balanced bandwidth (M = C): {:.1} Mbit/s", balanced_mbit);
-    let mut points = Vec::new();
-    for &bw in &bandwidths {
-        points.push(measure_bandwidth(&args, &setup, bw)?);
-    }
+    let points = (bandwidths.iter())
+        .map(|&bw| measure_bandwidth(&args, &setup, bw))
+        .collect::<Result<Vec<_>, _>>()?;
     if args.netns {
         // Succeeds only when every mode's directory is gone (all runs succeeded).
         let _ = std::fs::remove_dir(netns_run_dir());
     }
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let max_cpu = points
         .iter()
         .flat_map(|p| p.modes.iter().map(|m| m.cpu_cores))
         .fold(0.0, f64::max);
+    let bound = match max_cpu > 0.8 * cores as f64 {
+        true => " -- CPU-BOUND: the figures are not a network result",
+        false => "",
+    };
     println!(
-        "\nCPU: the cluster used at most {:.2} of {} cores (CPU time of its process(es) / wall time per \
-         run){}",
-        max_cpu,
-        cores,
-        if max_cpu > 0.8 * cores as f64 {
-            " -- CPU-BOUND: the figures are not a network result"
-        } else {
-            ""
-        }
+        "\nCPU: the cluster used at most {max_cpu:.2} of {cores} cores (CPU time of its \
+         process(es) / wall time per run){bound}"
     );
     plot(&args.plot, &points);
-    let figures = figures(&args, &full, &setup, points, max_cpu, cores)?;
+    let point = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
+    let first = &point.at;
+    let get = |name: &str| point.modes.iter().find(|m| m.mode == name);
+    let secs = |name| get(name).map_or(f64::NAN, |m| m.secs_per_iter);
+    let (seq, fifo, p3) = (secs("sequential"), secs("fifo"), secs("p3"));
+    // The first bandwidth's figures in full, and the whole sweep.
+    let figures = Figures {
+        bench: "p3",
+        links: if args.netns {
+            "netns-tc"
+        } else {
+            "user-space-shaper"
+        },
+        model: full.name.clone(),
+        scale: setup.scale,
+        params: setup.profile.total_params(),
+        workers: args.workers,
+        shards: args.shards,
+        batch: args.batch,
+        slice_size: args.slice_size,
+        credit_bytes: credit_bytes(&args),
+        device_gflops: setup.device_flops / 1e9,
+        first: first.clone(),
+        sequential_s: seq,
+        fifo_s: fifo,
+        p3_s: p3,
+        speedup_vs_sequential: seq / p3,
+        speedup_vs_fifo: fifo / p3,
+        p3_over_bound: p3 / first.bound_s,
+        p3_over_ideal: p3 / first.ideal_s,
+        p3_efficiency: get("p3").map_or(f64::NAN, |m| m.efficiency),
+        max_cpu_cores: max_cpu,
+        available_cores: cores,
+        sweep: points.clone(),
+    };
     if let Err(e) = save_json(&args.json_out, &figures) {
         tracing::warn!(error = %e, path = %args.json_out.display(), "cannot write the figures");
     }
@@ -508,34 +536,30 @@ fn auto_slice(args: &P3BenchArgs, setup: &Setup, bandwidth_mbit: f64) -> Result<
 }
 
 /// The bench's opening line: the model, the cluster, the links and the device.
-fn print_setup(args: &P3BenchArgs, full: &ModelProfile, setup: &Setup, has_measured: bool) {
+fn print_setup(args: &P3BenchArgs, full: &ModelProfile, setup: &Setup) {
     let params = setup.profile.total_params();
+    let measured = if setup.profile.layers.iter().any(|l| l.measured.is_some()) {
+        " (measured layer times, scaled)"
+    } else {
+        ""
+    };
+    let links = match (args.netns, args.shape_ingress) {
+        (true, _) => {
+            "as node processes in network namespaces, each link limited by tc tbf both ways"
+        }
+        (false, false) => "in-process over QUIC on 127.0.0.1, per-node egress shaper",
+        (false, true) => "in-process over QUIC on 127.0.0.1, per-node egress shaper + ingress",
+    };
     println!(
-        "P3 bench: {} scaled x{:.5} -> {} params ({:.2} MB), {} layers{}; {} workers + {} shards \
-         {}{}; batch {}/worker, \
-         emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params, credit {} KiB per peer",
+        "P3 bench: {} scaled x{:.5} -> {params} params ({:.2} MB), {} layers{measured}; {} workers + \
+         {} shards {links}; batch {}/worker, emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on \
+         the full model), slice {} params, credit {} KiB per peer",
         full.name,
         setup.scale,
-        params,
         params as f64 * 4e-6,
         setup.profile.layers.len(),
-        if has_measured {
-            " (measured layer times, scaled)"
-        } else {
-            ""
-        },
         args.workers,
         args.shards,
-        if args.netns {
-            "as node processes in network namespaces, each link limited by tc tbf both ways"
-        } else {
-            "in-process over QUIC on 127.0.0.1, per-node egress shaper"
-        },
-        if args.shape_ingress && !args.netns {
-            " + ingress"
-        } else {
-            ""
-        },
         args.batch,
         setup.device_flops / 1e9,
         setup.device_flops / setup.scale / 1e12,
@@ -547,18 +571,16 @@ fn print_setup(args: &P3BenchArgs, full: &ModelProfile, setup: &Setup, has_measu
 /// Every chosen mode and the transfer probe at `bw` Mbit/s; prints the bounds and table.
 fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point, P3JobError> {
     let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
-    let hosts = if args.netns {
-        let shape = LinkShape {
-            rate_mbit: Some(bw),
-            delay_ms: None,
-            queue_ms: Some(args.netns_queue_ms),
-        };
-        let hosts = Hosts::up(&processes::prefix(), args.workers + args.shards, &shape)
-            .map_err(P3JobError::Namespaces)?;
-        Some(processes::Teardown(hosts))
-    } else {
-        None
+    let shape = LinkShape {
+        rate_mbit: Some(bw),
+        delay_ms: None,
+        queue_ms: Some(args.netns_queue_ms),
     };
+    let hosts = (args.netns)
+        .then(|| Hosts::up(&processes::prefix(), args.workers + args.shards, &shape))
+        .transpose()
+        .map_err(P3JobError::Namespaces)?
+        .map(processes::Teardown);
     let mut modes = Vec::new();
     for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {
         let run = run_mode(args, setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
@@ -652,51 +674,6 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
     let keys = "mode secs_per_iter samples_per_s over_c_plus_m over_max_c_m over_ideal efficiency \
                 cpu_cores qdisc_drops";
     crate::common::json_table(rows, keys).print();
-}
-
-/// The JSON figures: the first bandwidth's in full, and the whole sweep.
-fn figures(
-    args: &P3BenchArgs,
-    full: &ModelProfile,
-    setup: &Setup,
-    points: Vec<Point>,
-    max_cpu: f64,
-    cores: usize,
-) -> Result<Figures, P3JobError> {
-    let point = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
-    let first = &point.at;
-    let get = |name: &str| point.modes.iter().find(|m| m.mode == name);
-    let secs = |name| get(name).map_or(f64::NAN, |m| m.secs_per_iter);
-    let (seq, fifo, p3) = (secs("sequential"), secs("fifo"), secs("p3"));
-    Ok(Figures {
-        bench: "p3",
-        links: if args.netns {
-            "netns-tc"
-        } else {
-            "user-space-shaper"
-        },
-        model: full.name.clone(),
-        scale: setup.scale,
-        params: setup.profile.total_params(),
-        workers: args.workers,
-        shards: args.shards,
-        batch: args.batch,
-        slice_size: args.slice_size,
-        credit_bytes: credit_bytes(args),
-        device_gflops: setup.device_flops / 1e9,
-        first: first.clone(),
-        sequential_s: seq,
-        fifo_s: fifo,
-        p3_s: p3,
-        speedup_vs_sequential: seq / p3,
-        speedup_vs_fifo: fifo / p3,
-        p3_over_bound: p3 / first.bound_s,
-        p3_over_ideal: p3 / first.ideal_s,
-        p3_efficiency: get("p3").map_or(f64::NAN, |m| m.efficiency),
-        max_cpu_cores: max_cpu,
-        available_cores: cores,
-        sweep: points.clone(),
-    })
 }
 
 #[cfg(test)]

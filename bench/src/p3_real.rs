@@ -253,8 +253,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3JobError> {
                 adapter/whole_forward_ms adapter/whole_backward_ms adapter/set_tensors_ms \
                 adapter/overhead";
     json_table(&overheads, keys).print();
-    print_json(&serde_json::Value::Object(figures))?;
-    Ok(())
+    Ok(print_json(&serde_json::Value::Object(figures))?)
 }
 
 #[cfg(test)]

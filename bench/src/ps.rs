@@ -1,3 +1,4 @@
+// Over 600 lines: the node roles, the QUIC and shared-memory runs and the external peer share one report.
 //! `petrel bench ps`: parameter-server push+pull throughput and latency per row size, every
 //! node a process talking QUIC on 127.0.0.1, beside petrel's own transport in the same
 //! processes (an echo of the same bytes) and optionally an external peer (`--peer-cmd`).
@@ -12,7 +13,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use petrel_actors::{ActorRef, Cluster, HandlerError, Msg, NodeContext, NodeError};
+use petrel_actors::{ActorRef, Cluster, HandlerError, Msg, NodeContext};
 use petrel_messages::{
     EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, Tensor, remote_message,
 };
@@ -75,10 +76,8 @@ pub struct PsBenchArgs {
     /// per size.
     #[arg(long)]
     pub peer_cmd: Option<PathBuf>,
-    /// A transport knob for every node, as `KEY=VALUE` of `[net]` (repeatable), e.g.
-    /// `--net max_udp_payload=65527`.
-    #[arg(long = "net", value_name = "KEY=VALUE")]
-    pub net: Vec<String>,
+    #[command(flatten)]
+    pub net: crate::common::NetArgs,
     /// Stop a launched cluster after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
@@ -103,39 +102,11 @@ struct PsBenchConfig {
     no_read_my_writes: bool,
 }
 
-/// Why a benchmark node failed.
-#[derive(Debug, thiserror::Error)]
-enum PsBenchError {
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    #[error(transparent)]
-    Ps(#[from] petrel_ps::PsError),
-    #[error(transparent)]
-    Client(#[from] petrel_ps::shells::ClientError),
-    #[error(transparent)]
-    Ask(#[from] petrel_actors::AskError),
-    #[error("ps bench: {0}")]
-    Config(String),
-    /// A pulled value does not hold every push, or holds more than BSP allows.
-    #[error(
-        "ps bench: pulled value {got} after {pushes} pushes of every worker, expected {lowest} to {highest}"
-    )]
-    Wrong {
-        got: f32,
-        pushes: u32,
-        lowest: f32,
-        highest: f32,
-    },
-    #[error("ps bench: the echo stopped answering")]
-    EchoLost,
-    #[error("ps bench: writing {path}: {source}")]
-    Report {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
+/// Why a benchmark node failed (messages start with `ps bench:`).
+type PsBenchError = petrel_actors::RoleError;
+
+fn config_error(what: String) -> PsBenchError {
+    format!("ps bench: {what}").into()
 }
 
 /// A transport-ceiling message from worker `worker` (the echo answers to its inbox).
@@ -216,11 +187,6 @@ struct NodeReport {
     shm_messages: u64,
 }
 
-/// Peak resident memory of this process in MB (`VmHWM`), 0 where /proc has none.
-fn peak_rss_mb() -> f64 {
-    petrel_observe::process::peak_rss_mb(None).unwrap_or(0.0)
-}
-
 fn layout_of(ctx: &NodeContext) -> PsLayout {
     PsLayout {
         shard_nodes: ctx.nodes_with_role(SHARD_ROLE),
@@ -232,18 +198,18 @@ fn layout_of(ctx: &NodeContext) -> PsLayout {
 fn rows_for(bytes: usize, shards: u32) -> Result<(u32, Vec<RowId>), PsBenchError> {
     let unit = 4 * shards.max(1) as usize;
     if bytes == 0 || !bytes.is_multiple_of(unit) {
-        return Err(PsBenchError::Config(format!(
+        return Err(config_error(format!(
             "size {bytes} is not a positive multiple of 4 x {shards} shards"
         )));
     }
-    let width = u32::try_from(bytes / unit)
-        .map_err(|_| PsBenchError::Config(format!("size {bytes} too large")))?;
+    let width =
+        u32::try_from(bytes / unit).map_err(|_| config_error(format!("size {bytes} too large")))?;
     let rows = (0..shards)
         .map(|s| {
             (0..4096u64)
                 .map(RowId)
                 .find(|&r| shard_of(TABLE, r, shards) == s)
-                .ok_or_else(|| PsBenchError::Config(format!("no row maps to shard {s}")))
+                .ok_or_else(|| config_error(format!("no row maps to shard {s}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((width, rows))
@@ -258,7 +224,8 @@ fn write_report(cfg: &PsBenchConfig, report: &NodeReport) -> Result<(), PsBenchE
     if let Some(dir) = &cfg.report_dir {
         let path = dir.join(format!("{}.json", report.node));
         let text = serde_json::to_string(report)?;
-        std::fs::write(&path, text).map_err(|source| PsBenchError::Report { path, source })?;
+        std::fs::write(&path, text)
+            .map_err(|e| config_error(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
 }
@@ -294,7 +261,7 @@ async fn shard_role(ctx: NodeContext) -> Result<(), PsBenchError> {
         &cfg,
         &NodeReport {
             node: ctx.spec.name.clone(),
-            peak_rss_mb: peak_rss_mb(),
+            peak_rss_mb: petrel_observe::process::peak_rss_mb(None).unwrap_or(0.0),
             shm_messages: ctx.node.net_stats().shared_memory_messages,
             ..NodeReport::default()
         },
@@ -308,7 +275,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
         .worker_nodes
         .iter()
         .position(|n| *n == ctx.spec.name)
-        .ok_or_else(|| PsBenchError::Config(format!("{} is not a worker", ctx.spec.name)))?
+        .ok_or_else(|| config_error(format!("{} is not a worker", ctx.spec.name)))?
         as u32;
     let shards = layout.n_shards();
     let (width, rows) = rows_for(cfg.bytes, shards)?;
@@ -353,7 +320,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
                 .await
                 .ok()
                 .flatten()
-                .ok_or(PsBenchError::EchoLost)?;
+                .ok_or_else(|| config_error("the echo stopped answering".into()))?;
             tensors.push(back);
         }
         if timed {
@@ -388,12 +355,10 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
         let elapsed = t.elapsed();
         let value = got.first().map_or(f32::NAN, |r| r.get(width - 1));
         if let Err((lowest, highest)) = check_pull(value, i + 1, workers, DELTA) {
-            return Err(PsBenchError::Wrong {
-                got: value,
-                pushes: i + 1,
-                lowest,
-                highest,
-            });
+            return Err(config_error(format!(
+                "pulled value {value} after {} pushes of every worker, expected {lowest} to {highest}",
+                i + 1
+            )));
         }
         if i >= cfg.warmup {
             report.ps_iter_s.push(elapsed.as_secs_f64());
@@ -402,7 +367,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
     }
     report.ps_total_s = started.elapsed().as_secs_f64();
     client.leave()?;
-    report.peak_rss_mb = peak_rss_mb();
+    report.peak_rss_mb = petrel_observe::process::peak_rss_mb(None).unwrap_or(0.0);
     report.shm_messages = ctx.node.net_stats().shared_memory_messages;
     write_report(&cfg, &report)
 }
@@ -499,7 +464,7 @@ async fn petrel_run(
     let worker_nodes = (0..workers).map(|w| (format!("worker{w}"), WORKER_ROLE));
     let nodes: Vec<_> = shard_nodes.chain(worker_nodes).collect();
     let mut settings = super::local_settings("ps-bench", nodes.iter().cloned());
-    settings.net = super::net_config(&args.net)?;
+    settings.net = args.net.config()?;
     if let Some(shm) = shared_memory {
         settings.net.shared_memory_dir = Some(shm.to_path_buf());
     }
@@ -517,13 +482,16 @@ async fn petrel_run(
         .await?
         .wait(Some(Duration::from_secs(args.timeout_s)))
         .await?;
-    let mut reports = Vec::new();
-    for (n, _) in &nodes {
+    let report = |n: &String| -> Result<NodeReport, BenchError> {
         let path = dir.join(format!("{n}.json"));
         let text =
             std::fs::read_to_string(&path).map_err(BenchError::io(path.display().to_string()))?;
-        reports.push(serde_json::from_str::<NodeReport>(&text)?);
-    }
+        Ok(serde_json::from_str(&text)?)
+    };
+    let reports = nodes
+        .iter()
+        .map(|(n, _)| report(n))
+        .collect::<Result<Vec<_>, _>>()?;
     let _ = std::fs::remove_dir_all(&dir);
     let moved = 2.0 * bytes as f64 * f64::from(iters);
     let ws: Vec<&NodeReport> = reports.iter().filter(|r| !r.ps_iter_s.is_empty()).collect();
@@ -751,7 +719,7 @@ struct Figures {
 
 /// Runs the benchmark, prints the table and the JSON line.
 pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
-    super::net_config(&args.net)?;
+    args.net.config()?;
     if let Some(dir) = &args.shared_memory {
         std::fs::read_dir(dir).map_err(BenchError::io(dir.display().to_string()))?;
     }
@@ -778,14 +746,13 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
             .map(|f| f.run.ps_mbps)
     };
     let scaling = at(2, 2).zip(at(1, 1)).map(|(a, b)| a / b.max(1e-9));
-    print_json(&Figures {
+    Ok(print_json(&Figures {
         bench: "ps",
         read_my_writes: !args.no_read_my_writes,
         rounds: args.rounds.max(1),
         sizes: out,
         scaling_2x2_over_1x1: scaling,
-    })?;
-    Ok(())
+    })?)
 }
 
 /// One topology and row size: every round's petrel run (and its shared-memory and peer
@@ -807,16 +774,10 @@ fn measure_size(
             "ps bench: {workers} worker(s) x {shards} shard(s), {bytes} bytes, {iters} iterations, round {} ...",
             round + 1
         );
-        runs.push(rt.block_on(petrel_run(bytes, workers, shards, iters, args, None))?);
+        let run = |shm| rt.block_on(petrel_run(bytes, workers, shards, iters, args, shm));
+        runs.push(run(None)?);
         if let Some(dir) = &args.shared_memory {
-            shm_runs.push(rt.block_on(petrel_run(
-                bytes,
-                workers,
-                shards,
-                iters,
-                args,
-                Some(dir),
-            ))?);
+            shm_runs.push(run(Some(dir))?);
         }
         if let Some(cmd) = &args.peer_cmd {
             match rt.block_on(peer_run(cmd, bytes, iters, workers, shards)) {
@@ -832,9 +793,8 @@ fn measure_size(
     let pm = |f: fn(&PeerFigures) -> f64| {
         (!peers.is_empty()).then(|| median(peers.iter().map(f).collect()))
     };
-    let ps_mbps = run.ps_mbps;
-    let peer_mbps = pm(|p| p.mbps);
-    let shm_mbps = shm.as_ref().map(|r| r.ps_mbps);
+    let (ps_mbps, peer_mbps, shm_mbps) =
+        (run.ps_mbps, pm(|p| p.mbps), shm.as_ref().map(|r| r.ps_mbps));
     let bd = ((workers, shards) == (1, 1))
         .then(|| breakdown(bytes, iters.min(50), !args.no_read_my_writes))
         .transpose()?;

@@ -74,12 +74,8 @@ fn load(dir: &Path, name: &str) -> Result<Option<Value>, BenchError> {
     }
 }
 
-fn num(v: Option<&Value>, path: &[&str]) -> Option<f64> {
-    let mut cur = v?;
-    for k in path {
-        cur = cur.get(k)?;
-    }
-    cur.as_f64()
+fn num(v: Option<&Value>, key: &str) -> Option<f64> {
+    v?.get(key)?.as_f64()
 }
 
 /// ESSP's within-worker staleness variance over SSP's, summed over the bounds > 0 both ran
@@ -129,8 +125,8 @@ const P3: &str = "petrel bench p3 --model <m> --json-out docs/figures/p3-<m>.jso
 /// SSP's and ESSP's claims, per app, from `consistency.json`.
 fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
     for app in ["mf", "lr"] {
-        let a = cons.and_then(|c| c.get("apps")).and_then(|x| x.get(app));
-        let speed = num(a, &["bsp_over_best_ssp"]);
+        let a = cons.and_then(|c| c.get("apps")?.get(app));
+        let speed = num(a, "bsp_over_best_ssp");
         out.push(Claim {
             paper: "SSP (Ho et al., NIPS 2013)",
             claim: "bounded staleness beats BSP in time to target under stragglers \
@@ -146,9 +142,9 @@ fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
             ),
             verdict: Verdict::of(speed, |v| v >= 1.3),
         });
-        let essp = num(a, &["best_ssp_over_best_essp"]);
-        let mean = num(a, &["essp_over_ssp_mean_staleness"]);
-        let var = num(a, &["essp_over_ssp_staleness_variance"]);
+        let essp = num(a, "best_ssp_over_best_essp");
+        let mean = num(a, "essp_over_ssp_mean_staleness");
+        let var = num(a, "essp_over_ssp_staleness_variance");
         let within = essp_over_ssp_within_variance(a);
         let both = match (essp, mean, var) {
             (Some(e), Some(m), Some(v)) => Some(if e >= 1.0 && m < 1.0 && v < 1.0 {
@@ -176,7 +172,7 @@ fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
             ),
             verdict: Verdict::of(both, |v| v > 0.5),
         });
-        let iters = num(a, &["ssp_iterations_largest_over_best"]);
+        let iters = num(a, "ssp_iterations_largest_over_best");
         out.push(Claim {
             paper: "SSP (Ho et al., NIPS 2013)",
             claim: "too much staleness costs iterations",
@@ -205,7 +201,7 @@ fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mu
             "petrel bench managed --app lda --json-out docs/figures/managed-lda.json",
         ),
     ] {
-        let ratio = num(figures, &["clock_over_relative_magnitude"]);
+        let ratio = num(figures, "clock_over_relative_magnitude");
         out.push(Claim {
             paper: "Managed communication (Wei et al., SoCC 2015)",
             claim: "relative-magnitude managed communication reaches the target in clearly \
@@ -216,7 +212,7 @@ fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mu
             petrel_figure: format!(
                 "{app}: clock / relative-magnitude = {}; fifo / relative-magnitude = {}",
                 show(ratio, "x"),
-                show(num(figures, &["fifo_over_relative_magnitude"]), "x")
+                show(num(figures, "fifo_over_relative_magnitude"), "x")
             ),
             verdict: Verdict::of(ratio, |v| v >= 1.5),
         });
@@ -226,8 +222,8 @@ fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mu
 /// AdaRevision's claim, per app, from `adarevision.json`.
 fn adarevision_claims(ada: Option<&Value>, out: &mut Vec<Claim>) {
     for app in ["lr", "mf"] {
-        let a = ada.and_then(|x| x.get("apps")).and_then(|x| x.get(app));
-        let r = num(a, &["default_adarevision_over_best_tuned"]);
+        let a = ada.and_then(|x| x.get("apps")?.get(app));
+        let r = num(a, "default_adarevision_over_best_tuned");
         out.push(Claim {
             paper: "AdaRevision (McMahan & Streeter, NIPS 2014; in Bösen)",
             claim: "untuned AdaRevision no worse than the best tuned fixed or Adagrad step",
@@ -250,7 +246,7 @@ fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
         ("Sockeye", "p3-sockeye.json", "+38% throughput"),
     ] {
         let p = load(dir, file)?;
-        let speed = num(p.as_ref(), &["speedup_vs_fifo"]);
+        let speed = num(p.as_ref(), "speedup_vs_fifo");
         out.push(Claim {
             paper: "P3 (Jayarajan et al., SysML 2019)",
             claim: "priority-sliced propagation speeds training up over the FIFO baseline",
@@ -259,11 +255,11 @@ fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
             petrel_figure: format!(
                 "{model}: fifo / p3 = {} at {} Mbit/s",
                 show(speed, "x"),
-                show(num(p.as_ref(), &["bandwidth_mbit"]), "")
+                show(num(p.as_ref(), "bandwidth_mbit"), "")
             ),
             verdict: Verdict::of(speed, |v| v > 1.0),
         });
-        let ideal = num(p.as_ref(), &["p3_over_ideal"]);
+        let ideal = num(p.as_ref(), "p3_over_ideal");
         out.push(Claim {
             paper: "P3 (Jayarajan et al., SysML 2019)",
             claim: "p3 within 10% of the ideal pipeline at the measured goodput (M = C)",
@@ -272,9 +268,9 @@ fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
             petrel_figure: format!(
                 "{model}: p3 / ideal = {} (ideal {} s, max(C,M) {} s, goodput {} Mbit/s)",
                 show(ideal, "x"),
-                show(num(p.as_ref(), &["ideal_s"]), ""),
-                show(num(p.as_ref(), &["bound_s"]), ""),
-                show(num(p.as_ref(), &["goodput_mbit"]), "")
+                show(num(p.as_ref(), "ideal_s"), ""),
+                show(num(p.as_ref(), "bound_s"), ""),
+                show(num(p.as_ref(), "goodput_mbit"), "")
             ),
             // Below 1 the yardstick is wrong (no schedule beats the ideal; the goodput
             // estimate was too low), which is not a pass.

@@ -151,15 +151,11 @@ pub struct DesignSize {
     pub(crate) nnz_per_column: usize,
 }
 
-/// A `--sizes` entry that is not `ROWSxFEATURESxNNZ_PER_COLUMN`.
-#[derive(Debug, thiserror::Error)]
-#[error("{0:?}: expected three positive numbers ROWSxFEATURESxNNZ_PER_COLUMN")]
-pub struct DesignSizeError(String);
-
 impl std::str::FromStr for DesignSize {
-    type Err = DesignSizeError;
+    type Err = String;
 
-    fn from_str(s: &str) -> Result<Self, DesignSizeError> {
+    /// `ROWSxFEATURESxNNZ_PER_COLUMN`, three positive numbers.
+    fn from_str(s: &str) -> Result<Self, String> {
         let parts: Vec<usize> = s.split('x').filter_map(|p| p.trim().parse().ok()).collect();
         match (s.split('x').count(), &parts[..]) {
             (3, &[n_samples, n_features, nnz_per_column])
@@ -171,7 +167,9 @@ impl std::str::FromStr for DesignSize {
                     nnz_per_column,
                 })
             }
-            _ => Err(DesignSizeError(s.to_string())),
+            _ => Err(format!(
+                "{s:?}: expected three positive numbers ROWSxFEATURESxNNZ_PER_COLUMN"
+            )),
         }
     }
 }

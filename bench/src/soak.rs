@@ -157,8 +157,7 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
         nodes: pids.len(),
         samples_csv: csv_path.display().to_string(),
     })?;
-    outcome.map(|_| ())?;
-    Ok(())
+    Ok(outcome.map(|_| ())?)
 }
 
 /// Resident memory samples: seconds since the start, and each node's MB.

@@ -36,10 +36,8 @@ pub struct TransportBenchArgs {
     /// machine hits both sides of a ratio alike).
     #[arg(long, default_value_t = 5)]
     pub repeat: usize,
-    /// A transport knob for every run, as `KEY=VALUE` of `[net]` (repeatable), e.g.
-    /// `--net max_udp_payload=65527`.
-    #[arg(long = "net", value_name = "KEY=VALUE")]
-    pub net: Vec<String>,
+    #[command(flatten)]
+    pub net: crate::common::NetArgs,
 }
 
 /// A bulk message.
@@ -136,10 +134,8 @@ fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, Bench
     let peer_cfg = cfg.for_peer(localhost());
     let server_cfg = creds[1].server_config(&peer_cfg)?;
     let client_cfg = creds[0].client_config(&peer_cfg)?;
-    let bind =
-        |what: &'static str| std::net::UdpSocket::bind(localhost()).map_err(BenchError::io(what));
-    let server_socket = bind("raw quinn server")?;
-    let client_socket = bind("raw quinn client")?;
+    let bind = |what: &str| std::net::UdpSocket::bind(localhost()).map_err(BenchError::io(what));
+    let (server_socket, client_socket) = (bind("raw quinn server")?, bind("raw quinn client")?);
     let server = rt_b
         .block_on(async { petrel_net::datagram::endpoint(cfg, server_socket, Some(server_cfg)) })
         .map_err(BenchError::io("raw quinn server"))?;
@@ -223,8 +219,7 @@ fn pair(cfg: NetConfig) -> Result<Pair, BenchError> {
     let b = Node::new(NodeId(1), "b", net_b, in_b, Duration::from_secs(30));
     a.add_peer(NodeId(1), "b", PeerAddr::Quic(addr_b));
     b.add_peer(NodeId(0), "a", PeerAddr::Quic(addr_a));
-    let done: Signal = Arc::new(Mutex::new(None));
-    let probe: Signal = Arc::new(Mutex::new(None));
+    let (done, probe): (Signal, Signal) = Default::default();
     let sink = Sink {
         received: 0,
         expect: usize::MAX,
@@ -326,7 +321,7 @@ struct Figures {
 /// Runs the benchmark, prints the table and the JSON line.
 pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
     let size = args.message_mib << 20;
-    let cfg = super::net_config(&args.net)?;
+    let cfg = args.net.config()?;
     let system = System::new();
     let figures = system.block_on(async {
         let p = pair(cfg.clone())?;
@@ -362,7 +357,6 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
         }
         p.a.shutdown();
         p.b.shutdown();
-
         eprintln!(
             "priority: {} KiB probe vs {} MiB backlog at {} Mbit/s ...",
             args.probe_kib, args.backlog_mib, args.link_mbit
