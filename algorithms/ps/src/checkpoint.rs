@@ -50,7 +50,8 @@ impl From<CheckpointError> for PsCoreError {
     }
 }
 
-fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, PsCoreError> {
+/// msgpack bytes of a checkpoint piece.
+pub(crate) fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, PsCoreError> {
     rmp_serde::to_vec(value).map_err(|e| PsCoreError::Encode(e.to_string()))
 }
 
@@ -200,15 +201,6 @@ pub fn fits_layout(
     lists_every_piece(ck, saved.shards, saved.workers)
 }
 
-/// Loads and verifies the checkpoint of `clock`: manifest, job shape and every file.
-pub fn load_job_checkpoint(
-    dir: &Path,
-    clock: Clock,
-    shape: &JobShape,
-) -> Result<JobCheckpoint, PsCoreError> {
-    Ok(accept(job_set(dir).load(clock)?, shape)?)
-}
-
 /// The newest valid checkpoint in `dir` (skipping invalid ones), else every refusal.
 pub fn load_newest_job_checkpoint(
     dir: &Path,
@@ -218,13 +210,22 @@ pub fn load_newest_job_checkpoint(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::core::rules::RuleRegistry;
     use crate::core::types::{
         Consistency, Row, RowId, RowUpdate, TableId, TableKind, TableSpec, UpdateBatch, WorkerId,
     };
     use std::fs;
+
+    /// Loads and verifies the checkpoint of `clock`: manifest, job shape and every file.
+    pub(crate) fn load_job_checkpoint(
+        dir: &Path,
+        clock: Clock,
+        shape: &JobShape,
+    ) -> Result<JobCheckpoint, PsCoreError> {
+        Ok(accept(job_set(dir).load(clock)?, shape)?)
+    }
 
     fn specs() -> Vec<TableSpec> {
         vec![

@@ -9,14 +9,15 @@
 //! echo the last applied one (`ack_seq`), so on fresh data the client drops acknowledged
 //! own deltas and re-applies the rest. This needs FIFO delivery per (client, shard) pair.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::core::error::PsCoreError;
 use crate::core::shard::ShardAction;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{
-    Clock, Consistency, ReadRequest, Row, RowId, RowUpdate, ShardBatch, SharedRow, TableId,
-    TableKind, TableSpec, UpdateBatch, WorkerId, shard_of,
+    Clock, ReadRequest, Row, RowId, RowUpdate, ShardBatch, SharedRow, TableId, TableKind,
+    TableSpec, UpdateBatch, WorkerId, shard_of,
 };
 
 /// A cached row with more unacknowledged own deltas than this is evicted (bounds memory).
@@ -272,16 +273,6 @@ impl ClientCore {
         Ok(required.is_some_and(|r| r > self.seen_min_clock(shard)))
     }
 
-    /// Number of rows with unflushed deltas.
-    pub fn oplog_len(&self) -> usize {
-        self.oplog.len()
-    }
-
-    /// Unflushed delta of a row, if any.
-    pub fn oplog_delta(&self, table: TableId, row: RowId) -> Option<&Row> {
-        self.oplog.get(&(table, row)).map(|e| &e.delta)
-    }
-
     /// Cached visible value and the clock it is current as of (no staleness recorded).
     pub fn cached(&self, table: TableId, row: RowId) -> Option<(&Row, Clock)> {
         let e = self.cache.get(&(table, row))?;
@@ -323,62 +314,24 @@ impl ClientCore {
         row: RowId,
         delta: &Row,
     ) -> Result<(), PsCoreError> {
-        let spec = self.table(table)?;
-        spec.check_delta(row, delta)?;
-        let (scale, rmw, kind) = (
-            spec.update_rule.local_scale(),
-            spec.read_my_writes,
-            spec.kind,
-        );
-        let order = self.next_order;
-        match self.oplog.entry((table, row)) {
-            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().delta.add(delta),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                let fresh = match (kind, delta) {
-                    // `0 + x` in one exact-size pass: the same bits as adding into a zeroed
-                    // buffer (-0.0 becomes 0.0), without allocating and zeroing it first.
-                    (TableKind::Dense { .. }, Row::Dense(d)) => {
-                        Row::Dense(d.iter().map(|x| 0.0 + x).collect())
-                    }
-                    // Dense tables coalesce into a dense buffer only once touched.
-                    (TableKind::Dense { width }, _) => {
-                        let mut z = Row::Dense(vec![0.0; width as usize]);
-                        z.add(delta);
-                        z
-                    }
-                    (TableKind::Sparse, _) => {
-                        let mut z = Row::Sparse(Vec::new());
-                        z.add(delta);
-                        z
-                    }
-                };
-                v.insert(OplogEntry {
-                    delta: fresh,
-                    order,
-                });
-                self.next_order += 1;
-            }
-        }
-        if rmw && let Some(c) = self.cache.get_mut(&(table, row)) {
-            c.row.make_mut().add_scaled(delta, scale);
-        }
-        Ok(())
+        self.add_delta(table, row, Cow::Borrowed(delta))
     }
 
     /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) moving the delta into the
     /// oplog without a copy when the row has no unflushed delta yet.
     pub fn push(&mut self, table: TableId, row: RowId, delta: Row) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
-        let movable = matches!(
-            (spec.kind, &delta),
-            (TableKind::Dense { .. }, Row::Dense(_)) | (TableKind::Sparse, Row::Sparse(_))
-        );
-        if !movable || self.oplog.contains_key(&(table, row)) {
-            return self.batch_inc(table, row, &delta);
-        }
+        self.add_delta(table, row, Cow::Owned(delta))
+    }
+
+    /// [`batch_inc`](Self::batch_inc) of a borrowed delta or a [`push`](Self::push) of an
+    /// owned one, moved into the oplog when the row has none yet and its kind fits.
+    fn add_delta(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        delta: Cow<'_, Row>,
+    ) -> Result<(), PsCoreError> {
+        let spec = (self.tables.get(&table)).ok_or(PsCoreError::UnknownTable(table))?;
         spec.check_delta(row, &delta)?;
         if spec.read_my_writes
             && let Some(c) = self.cache.get_mut(&(table, row))
@@ -387,9 +340,29 @@ impl ClientCore {
                 .make_mut()
                 .add_scaled(&delta, spec.update_rule.local_scale());
         }
-        let order = self.next_order;
-        self.next_order += 1;
-        self.oplog.insert((table, row), OplogEntry { delta, order });
+        match self.oplog.entry((table, row)) {
+            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().delta.add(&delta),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let delta = match (spec.kind, delta) {
+                    (TableKind::Dense { .. }, Cow::Owned(d @ Row::Dense(_)))
+                    | (TableKind::Sparse, Cow::Owned(d @ Row::Sparse(_))) => d,
+                    // `0 + x` in one exact-size pass: the same bits as adding into a zeroed
+                    // buffer (-0.0 becomes 0.0), without allocating and zeroing it first.
+                    (TableKind::Dense { .. }, Cow::Borrowed(Row::Dense(d))) => {
+                        Row::Dense(d.iter().map(|x| 0.0 + x).collect())
+                    }
+                    // Dense tables coalesce into a dense buffer only once touched.
+                    (_, delta) => {
+                        let mut z = spec.zero_row();
+                        z.add(&delta);
+                        z
+                    }
+                };
+                let order = self.next_order;
+                self.next_order += 1;
+                v.insert(OplogEntry { delta, order });
+            }
+        }
         Ok(())
     }
 
@@ -649,7 +622,7 @@ impl ClientCore {
     ) -> Result<(), PsCoreError> {
         let spec = self.table(table)?;
         // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
-        if matches!(spec.consistency, Consistency::Essp { .. }) {
+        if spec.consistency.is_essp() {
             let e = self.push_clock.entry((table, shard)).or_insert(0);
             *e = (*e).max(clock);
         }

@@ -419,11 +419,6 @@ impl PsLdaWorker {
         self.docs.iter().map(Vec::len).sum()
     }
 
-    /// Global ids of its documents.
-    pub fn doc_ids(&self) -> &[u32] {
-        &self.doc_ids
-    }
-
     /// The distinct words of this worker's documents (global ids, ascending).
     pub fn words(&self) -> &[u32] {
         &self.words
@@ -555,17 +550,6 @@ impl PsLdaWorker {
     pub fn check_doc_counts(&self) -> Result<(), PsCoreError> {
         check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
             .map_err(|e| PsCoreError::DocCounts(e.to_string()))
-    }
-
-    /// This worker's own word-topic counts `(global word, counts)` (for tests and checks).
-    pub fn own_word_counts(&self) -> Vec<(u32, TopicCounts)> {
-        let mut rows = vec![TopicCounts::default(); self.words.len()];
-        for (ws, ts) in self.docs.iter().zip(&self.assignments) {
-            for (&l, &t) in ws.iter().zip(ts) {
-                rows[l as usize].increment(t);
-            }
-        }
-        self.words.iter().copied().zip(rows).collect()
     }
 }
 
@@ -704,85 +688,6 @@ pub fn snapshot_word_log_likelihood<'a>(
         vocab_size,
         beta,
     )
-}
-
-/// Serial data-parallel simulation (the reference for the cluster app): per clock every
-/// worker sweeps its documents against the table of `staleness` clocks ago plus its own
-/// changes. Returns the log-likelihood per token per iteration and the final rows.
-pub fn simulate(
-    docs_per_worker: Vec<Vec<(u32, Vec<u32>)>>,
-    vocab_size: usize,
-    config: &LdaConfig,
-    staleness: usize,
-) -> Result<(Vec<f64>, Vec<Row>), PsCoreError> {
-    let mut workers = docs_per_worker
-        .into_iter()
-        .enumerate()
-        .map(|(w, d)| PsLdaWorker::new(w, d, vocab_size, config))
-        .collect::<Result<Vec<_>, _>>()?;
-    let n_tokens: usize = workers.iter().map(PsLdaWorker::n_tokens).sum();
-    let freq = word_frequencies(&workers, vocab_size);
-    let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); vocab_size + 1];
-    for w in &mut workers {
-        for (r, d) in w.take_initial_deltas() {
-            table[r.0 as usize].add(&d);
-        }
-    }
-    // history[c]: the table once every worker's clock c - 1 was applied; own[w][c]: worker
-    // w's deltas of clock c (applied between history[c] and history[c + 1]).
-    let mut history = vec![table.clone()];
-    let mut own: Vec<Vec<Vec<(RowId, Row)>>> = vec![Vec::new(); workers.len()];
-    let log_likelihood = |table: &[Row], workers: &[PsLdaWorker]| -> Result<f64, PsCoreError> {
-        let t = FinalTable::check(|r| table.get(r as usize), &freq, config.n_topics)?;
-        let doc: f64 = workers.iter().map(PsLdaWorker::doc_log_likelihood).sum();
-        Ok((t.word_log_likelihood(config.beta) + doc) / n_tokens.max(1) as f64)
-    };
-    let mut trace = vec![log_likelihood(&table, &workers)?];
-    for _ in 0..config.iterations {
-        let h = history.len().saturating_sub(staleness + 1);
-        let mut flushed = Vec::new();
-        for (w, worker) in workers.iter_mut().enumerate() {
-            let mut rows: Vec<Row> = worker
-                .row_ids()
-                .iter()
-                .map(|r| history[h][r.0 as usize].clone())
-                .collect();
-            let index: std::collections::HashMap<RowId, usize> = worker
-                .row_ids()
-                .into_iter()
-                .enumerate()
-                .map(|(i, r)| (r, i))
-                .collect();
-            for (r, d) in own[w].iter().skip(h).flatten() {
-                if let Some(&i) = index.get(r) {
-                    rows[i].add(d);
-                }
-            }
-            let mut view = worker.view(&rows)?;
-            worker.sweep(0..worker.n_docs(), &mut view);
-            let deltas = worker.take_deltas(&mut view);
-            flushed.extend(deltas.iter().cloned());
-            own[w].push(deltas);
-        }
-        for (r, d) in flushed {
-            table[r.0 as usize].add(&d);
-        }
-        history.push(table.clone());
-        trace.push(log_likelihood(&table, &workers)?);
-    }
-    Ok((trace, table))
-}
-
-fn word_frequencies(workers: &[PsLdaWorker], vocab_size: usize) -> Vec<usize> {
-    let mut freq = vec![0usize; vocab_size];
-    for w in workers {
-        for d in &w.docs {
-            for &l in d {
-                freq[w.words[l as usize] as usize] += 1;
-            }
-        }
-    }
-    freq
 }
 
 #[cfg(test)]

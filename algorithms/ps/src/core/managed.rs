@@ -241,8 +241,8 @@ mod tests {
         assert!(!batches[0].end_of_clock);
         let rows: Vec<u64> = batches[0].batch.updates.iter().map(|u| u.row.0).collect();
         assert_eq!(rows, vec![1, 2]);
-        assert_eq!(c.oplog_len(), 1);
-        assert!(c.oplog_delta(T, RowId(0)).is_some());
+        assert_eq!(c.oplog.len(), 1);
+        assert!(c.oplog.get(&(T, RowId(0))).map(|e| &e.delta).is_some());
         // Own writes stay visible after the early send.
         assert_eq!(c.cached(T, RowId(1)).unwrap().0, &Row::Dense(vec![1.5]));
     }
@@ -267,7 +267,7 @@ mod tests {
         // Zero budget sends nothing.
         let mut z = BandwidthManager::new(0, SendPolicy::Fifo, 1);
         assert!(z.tick(&mut c).is_empty());
-        assert_eq!(c.oplog_len(), 3);
+        assert_eq!(c.oplog.len(), 3);
     }
 
     #[test]

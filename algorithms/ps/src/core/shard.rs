@@ -117,6 +117,21 @@ impl TableState {
             .get(&row)
             .map_or_else(|| SharedRow::new(self.spec.zero_row()), |r| r.data.clone())
     }
+
+    /// Marks `row`'s stored version as sent to each subscriber that was last sent an older
+    /// one (not one only subscribed, `u64::MAX`); returns them with the row.
+    fn send_to_stale(&mut self, row: RowId) -> Vec<(WorkerId, SharedRow)> {
+        let (Some(stored), Some(subs)) = (self.rows.get(&row), self.subs.get_mut(&row)) else {
+            return Vec::new();
+        };
+        (subs.iter_mut())
+            .filter(|(_, sent)| **sent < stored.stamp)
+            .map(|(&w, sent)| {
+                *sent = stored.stamp;
+                (w, stored.data.clone())
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -627,10 +642,8 @@ impl PsShardCore {
                 let Some(stored) = rows.get(row) else {
                     return false;
                 };
-                let stale = subs.get(row).map_or(0, |s| {
-                    s.values()
-                        .filter(|&&sent| sent != u64::MAX && sent < stored.stamp)
-                        .count()
+                let stale = (subs.get(row)).map_or(0, |s| {
+                    s.values().filter(|&&sent| sent < stored.stamp).count()
                 });
                 if stale == 0 {
                     return false;
@@ -653,18 +666,10 @@ impl PsShardCore {
                 continue;
             };
             t.changed.remove(&row);
-            let (Some(stored), Some(subs)) = (t.rows.get(&row), t.subs.get_mut(&row)) else {
-                continue;
-            };
-            for (w, sent) in subs.iter_mut() {
-                if *sent != u64::MAX && *sent < stored.stamp {
-                    *sent = stored.stamp;
-                    bytes += stored.data.wire_size() as u64;
-                    rows_sent += 1;
-                    per.entry((*w, table))
-                        .or_default()
-                        .push((row, stored.data.clone()));
-                }
+            for (w, data) in t.send_to_stale(row) {
+                bytes += data.wire_size() as u64;
+                rows_sent += 1;
+                per.entry((w, table)).or_default().push((row, data));
             }
         }
         push.stats.ticks += 1;
@@ -766,18 +771,9 @@ impl PsShardCore {
             let mut dirty: Vec<RowId> = t.dirty.drain().collect();
             dirty.sort();
             for row in dirty {
-                let Some(subs) = t.subs.get_mut(&row) else {
-                    continue;
-                };
-                let Some(stored) = t.rows.get(&row) else {
-                    continue;
-                };
-                for (w, sent) in subs.iter_mut() {
-                    if *sent < stored.stamp {
-                        *sent = stored.stamp;
-                        if let Some(v) = per_worker.get_mut(w) {
-                            v.push((row, stored.data.clone()));
-                        }
+                for (w, data) in t.send_to_stale(row) {
+                    if let Some(v) = per_worker.get_mut(&w) {
+                        v.push((row, data));
                     }
                 }
             }

@@ -25,19 +25,6 @@ pub struct StragglerModel {
     pub seed: u64,
 }
 
-impl Default for StragglerModel {
-    fn default() -> Self {
-        StragglerModel {
-            clock_ms: 0.0,
-            persistent: None,
-            persistent_factor: 1.0,
-            transient_probability: 0.0,
-            transient_factor: 1.0,
-            seed: 0,
-        }
-    }
-}
-
 /// splitmix64 of one word, so neighbouring (worker, clock) pairs are independent draws.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -97,13 +84,25 @@ impl StragglerModel {
 mod tests {
     use super::*;
 
+    /// No compute time and no stragglers.
+    fn plain() -> StragglerModel {
+        StragglerModel {
+            clock_ms: 0.0,
+            persistent: None,
+            persistent_factor: 1.0,
+            transient_probability: 0.0,
+            transient_factor: 1.0,
+            seed: 0,
+        }
+    }
+
     fn transient(p: f64, f: f64) -> StragglerModel {
         StragglerModel {
             clock_ms: 10.0,
             transient_probability: p,
             transient_factor: f,
             seed: 42,
-            ..StragglerModel::default()
+            ..plain()
         }
     }
 
@@ -141,7 +140,7 @@ mod tests {
     fn persistent_and_transient_multiply_and_none_is_plain() {
         let plain = StragglerModel {
             clock_ms: 20.0,
-            ..StragglerModel::default()
+            ..plain()
         };
         assert_eq!(plain.clock_time(3, 7), Duration::from_millis(20));
         let both = StragglerModel {

@@ -45,13 +45,7 @@ pub enum Consistency {
 impl Consistency {
     /// Minimum row clock a read at worker clock `c` needs; `None` for `Async` (any cached copy).
     pub fn required_row_clock(self, c: Clock) -> Option<Clock> {
-        match self {
-            Consistency::Bsp => Some(c),
-            Consistency::Ssp { staleness } | Consistency::Essp { staleness } => {
-                Some(c.saturating_sub(u64::from(staleness)))
-            }
-            Consistency::Async => None,
-        }
+        (self.staleness_bound()).map(|s| c.saturating_sub(u64::from(s)))
     }
 
     /// Whether shards push (ESSP).
@@ -397,6 +391,11 @@ impl Row {
         }
     }
 
+    /// Decodes and validates rmp-serde bytes (the wire and checkpoint format).
+    pub fn decode(bytes: &[u8]) -> Result<Row, PsCoreError> {
+        rmp_serde::from_slice(bytes).map_err(|e| PsCoreError::Decode(e.to_string()))
+    }
+
     /// Dense copy of width `width` (sparse entries outside it are dropped).
     pub fn to_dense(&self, width: usize) -> Vec<f32> {
         let mut out = vec![0.0; width];
@@ -567,18 +566,6 @@ impl TryFrom<RowWire<'_>> for Row {
                 Ok(Row::Sparse(p))
             }
         }
-    }
-}
-
-impl Row {
-    /// Encodes with rmp-serde (the wire/checkpoint format).
-    pub fn encode(&self) -> Result<Vec<u8>, PsCoreError> {
-        rmp_serde::to_vec(self).map_err(|e| PsCoreError::Encode(e.to_string()))
-    }
-
-    /// Decodes and validates bytes produced by `encode`.
-    pub fn decode(bytes: &[u8]) -> Result<Row, PsCoreError> {
-        rmp_serde::from_slice(bytes).map_err(|e| PsCoreError::Decode(e.to_string()))
     }
 }
 

@@ -43,6 +43,24 @@ pub enum PsStep {
     Done,
 }
 
+/// A monitor's state, as a checkpoint keeps it (`()`: nothing).
+pub trait MonitorState: Default {
+    /// The state as of checkpoint clock `clock` (later evaluations left out).
+    fn save(&self, clock: u64) -> Result<Vec<u8>, PsError>;
+    /// The state from [`MonitorState::save`]'s bytes (`what` names them in an error).
+    fn resume(what: &str, saved: &[u8]) -> Result<Self, PsError>;
+}
+
+impl MonitorState for () {
+    fn save(&self, _clock: u64) -> Result<Vec<u8>, PsError> {
+        Ok(Vec::new())
+    }
+
+    fn resume(_what: &str, _saved: &[u8]) -> Result<(), PsError> {
+        Ok(())
+    }
+}
+
 /// A parameter-server app: its tables and rules, the worker's step per clock, the monitor's
 /// evaluation and stop rule, and its outputs. One value is built per process
 /// ([`PsApp::new`]) and shared by its roles; worker and monitor code runs on the node's
@@ -56,7 +74,7 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     /// What a worker sends the monitor (progress and/or the final report).
     type Report: RemoteMessage<Reply = ()> + Clone;
     /// The monitor's state between evaluations (starts as `Default`).
-    type Monitor: Default;
+    type Monitor: MonitorState;
     /// What a run produces (in-process callers get it back from [`crate::kit::run_local`]).
     type Output: Send + 'static;
 
@@ -162,8 +180,9 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     }
 
     /// Where and how often the job checkpoints ([`crate::kit::checkpoints`]); default never.
-    fn checkpointing(&self) -> Option<PsCheckpointing> {
-        None
+    fn checkpointing(cfg: &Self::Config) -> Result<Option<PsCheckpointing>, PsError> {
+        let _ = cfg;
+        Ok(None)
     }
 
     /// What a worker needs to start clock `c` besides the tables and its clock (a data
@@ -185,18 +204,6 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     ) -> Result<Self::Worker, PsError> {
         let _ = saved;
         self.start_worker(ctx)
-    }
-
-    /// The monitor's history as of checkpoint clock `clock` (later evaluations left out).
-    fn save_monitor(&self, monitor: &Self::Monitor, clock: u64) -> Result<Vec<u8>, PsError> {
-        let _ = (monitor, clock);
-        Ok(Vec::new())
-    }
-
-    /// The monitor's state from [`PsApp::save_monitor`]'s bytes.
-    fn resume_monitor(&self, saved: &[u8]) -> Result<Self::Monitor, PsError> {
-        let _ = saved;
-        Ok(Self::Monitor::default())
     }
 
     /// One line for `petrel train` to print.

@@ -4,8 +4,9 @@
 //! clocks `< c` applied, none of `>= c`"
 //! ([`PsShardCore::enable_checkpoints`](crate::core::shard::PsShardCore::enable_checkpoints)),
 //! each worker what it needs to start clock `c` ([`PsApp::save_worker`]), and each tells the
-//! monitor ([`PsSaved`]), which then writes its history ([`PsApp::save_monitor`]) and the
-//! manifest, last. `resume` loads the newest checkpoint that verifies and matches the job.
+//! monitor ([`PsSaved`]), which then writes its history
+//! ([`MonitorState::save`](crate::kit::MonitorState::save)) and the manifest, last. `resume`
+//! loads the newest checkpoint that verifies and matches the job.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -119,6 +120,6 @@ impl<A: PsApp> PsJob<A> {
 pub(crate) struct MonitorPiece {
     /// Seconds the job had run at the checkpoint.
     pub elapsed_s: f64,
-    /// [`PsApp::save_monitor`]'s bytes.
+    /// [`MonitorState::save`](crate::kit::MonitorState::save)'s bytes.
     pub app: Vec<u8>,
 }

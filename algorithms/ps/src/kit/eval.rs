@@ -10,11 +10,12 @@ use petrel_ml::model::{MODEL_FILE, SavedModel};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::encode;
 use crate::core::shard::TableSnapshot;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, WorkerDone};
+use crate::kit::{MonitorCtx, MonitorState, WorkerDone};
 use crate::shells::merge_snapshots;
 
 /// A point of an evaluated curve.
@@ -55,23 +56,22 @@ impl<P> Default for EvalMonitor<P> {
 }
 
 impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
-    /// One evaluation: `initial` first (step 0), then `eval` of every evaluation cut all
-    /// shards completed and, once `all_done`, of the final tables. Asks the workers to stop
-    /// once `reached` holds or `max_seconds` passed.
-    #[allow(clippy::too_many_arguments)] // the app's three figures and its limits
+    /// One evaluation: `eval` of the initial model first (step 0: empty tables, every row at
+    /// its initial value), then of every evaluation cut all shards completed and, once
+    /// `all_done`, of the final tables. Asks the workers to stop once `reached` holds or
+    /// `max_seconds` passed.
     pub async fn observe(
         &mut self,
         ctx: &MonitorCtx<'_>,
         reports: Vec<WorkerDone>,
         all_done: bool,
         max_seconds: f64,
-        initial: impl FnOnce() -> P,
         eval: impl Fn(Tables, f64, u64) -> P,
         reached: impl Fn(&P) -> bool,
     ) -> Result<Option<String>, PsError> {
         self.reports.extend(reports);
         if self.curve.is_empty() {
-            self.add(ctx, initial(), 0.0, &reached);
+            self.add(ctx, eval(Tables::new(), 0.0, 0), 0.0, &reached);
         }
         for state in ctx.eval_cuts().await? {
             for (clock, tables) in state.eval_cuts {
@@ -96,8 +96,6 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
                 self.add(ctx, eval(tables, t, last), t, &reached);
             }
             self.pending.clear();
-        }
-        if all_done {
             return Ok(None);
         }
         let target = self.reached.and_then(|(_, clock)| {
@@ -130,21 +128,6 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
         self.curve.push(p);
     }
 
-    /// The monitor's checkpoint at `clock`: the curve up to it.
-    pub fn save(&self, clock: u64) -> Result<Vec<u8>, PsError> {
-        encode(&EvalMonitor::<P> {
-            curve: self
-                .curve
-                .iter()
-                .copied()
-                .filter(|p| p.clock() <= clock)
-                .collect(),
-            reached: self.reached.filter(|r| r.1 <= clock),
-            reports: Vec::new(),
-            pending: BTreeMap::new(),
-        })
-    }
-
     /// The final reports in worker order and their merged staleness.
     pub fn sorted_reports(&mut self) -> StalenessStats {
         self.reports.sort_by_key(|r| r.worker);
@@ -162,10 +145,24 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
     }
 }
 
-/// msgpack bytes of a checkpoint piece.
-pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, PsError> {
-    rmp_serde::to_vec(value)
-        .map_err(|e| crate::core::error::PsCoreError::Encode(e.to_string()).into())
+impl<P: EvalPoint + Serialize + DeserializeOwned> MonitorState for EvalMonitor<P> {
+    /// The curve up to `clock`.
+    fn save(&self, clock: u64) -> Result<Vec<u8>, PsError> {
+        Ok(encode(&EvalMonitor::<P> {
+            curve: self
+                .curve
+                .iter()
+                .copied()
+                .filter(|p| p.clock() <= clock)
+                .collect(),
+            reached: self.reached.filter(|r| r.1 <= clock),
+            ..Self::default()
+        })?)
+    }
+
+    fn resume(what: &str, saved: &[u8]) -> Result<Self, PsError> {
+        decode(what, saved)
+    }
 }
 
 /// A checkpoint piece from its msgpack bytes (`what` names it in the error).

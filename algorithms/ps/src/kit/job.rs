@@ -67,8 +67,8 @@ impl<A: PsApp> PsJob<A> {
                 found: monitors.len(),
             });
         };
+        let checkpointing = A::checkpointing(&cfg)?;
         let app = A::new(cfg, &layout)?;
-        let checkpointing = app.checkpointing();
         if checkpointing.as_ref().is_some_and(|c| c.every > 0)
             && let Some(reason) = not_checkpointable(&app.tables())
         {

@@ -26,10 +26,11 @@ pub mod settings;
 mod values;
 mod worker;
 
-pub use app::{PsApp, PsRoles, PsStep};
+pub(crate) use crate::checkpoint::encode;
+pub use app::{MonitorState, PsApp, PsRoles, PsStep};
 pub use checkpoints::{PsCheckpointing, PsSaved};
 pub use eval::{EvalMonitor, EvalPoint, Tables, pad_to, write_run};
-pub(crate) use eval::{decode, encode, finish, to_json};
+pub(crate) use eval::{decode, finish, to_json};
 pub use job::{PsJob, register, register_builtin};
 pub use local::{
     PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,

@@ -19,14 +19,14 @@ use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
 use crate::kit::checkpoints::{self, MonitorPiece};
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob, PsSaved, decode, encode};
+use crate::kit::{MonitorState, PsApp, PsJob, PsSaved, decode, encode};
 use crate::shells::{
     self, PsClient, PsLayout, ShardQuery, ShardState, ToClient, client_actor_name,
 };
 use petrel_actors::durable::FileDigest;
 
 /// The usual final report of a worker (ps-mf, ps-lr).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerDone {
     /// The worker.
     pub worker: u32,
@@ -60,12 +60,8 @@ impl WorkerDone {
             worker: client.worker(),
             clocks: client.current_clock(),
             staleness: client.table_stats(table),
-            compute_s: 0.0,
-            wait_s: 0.0,
-            sent_bytes: 0,
-            received_bytes: 0,
             reads: client.read_stats(),
-            run_s: 0.0,
+            ..WorkerDone::default()
         }
     }
 }
@@ -190,25 +186,22 @@ pub(crate) async fn monitor_role<A: PsApp>(
 ) -> Result<(), PsError> {
     let inbox = open_monitor::<A::Report>(&ctx.node, A::MONITOR_ACTOR)?;
     let resumed = job.resumed()?;
-    let mut checkpoints = match (&job.checkpointing, job.writing()) {
-        (Some(c), writing) => {
-            if !c.resume && writing.is_some() {
+    let mut checkpoints = match job.writing() {
+        Some((dir, _)) => {
+            if resumed.is_none() {
                 // Older runs' checkpoints are obsolete.
-                crate::checkpoint::clear_job_checkpoints(&c.dir)?;
+                crate::checkpoint::clear_job_checkpoints(dir)?;
             }
-            match writing {
-                Some(_) => Some(MonitorCheckpoints {
-                    saved: open_monitor::<PsSaved>(&ctx.node, &checkpoints::saved_actor::<A>())?,
-                    tracker: CheckpointTracker::new(
-                        job.layout.n_shards(),
-                        job.layout.n_workers(),
-                        resumed.as_ref().map(|ck| ck.clock),
-                    ),
-                }),
-                None => None,
-            }
+            Some(MonitorCheckpoints {
+                saved: open_monitor::<PsSaved>(&ctx.node, &checkpoints::saved_actor::<A>())?,
+                tracker: CheckpointTracker::new(
+                    job.layout.n_shards(),
+                    job.layout.n_workers(),
+                    resumed.as_ref().map(|ck| ck.clock),
+                ),
+            })
         }
-        (None, _) => None,
+        None => None,
     };
     shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
     let (mut state, offset_s) = match &resumed {
@@ -216,7 +209,8 @@ pub(crate) async fn monitor_role<A: PsApp>(
             let bytes = ck.piece(Piece::Monitor)?;
             let piece: MonitorPiece =
                 decode(&format!("the monitor's piece of clock {}", ck.clock), bytes)?;
-            (job.app.resume_monitor(&piece.app)?, piece.elapsed_s)
+            let what = format!("{} monitor checkpoint", A::NAME);
+            (A::Monitor::resume(&what, &piece.app)?, piece.elapsed_s)
         }
         None => (A::Monitor::default(), 0.0),
     };
@@ -291,7 +285,7 @@ impl MonitorCheckpoints {
             };
             let piece = MonitorPiece {
                 elapsed_s: m.elapsed_s(),
-                app: job.app.save_monitor(state, clock)?,
+                app: state.save(clock)?,
             };
             let bytes = encode(&piece)?;
             let mut parts: Vec<PartEntry> = files

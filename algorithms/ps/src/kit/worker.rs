@@ -68,10 +68,9 @@ pub(crate) async fn worker_role<A: PsApp>(
     for w in job.layout.workers_on(&ctx.spec.name) {
         let clock = resumed.as_ref().map_or(0, |ck| ck.clock);
         let client = PsClient::start_at(&ctx.node, &job.layout, w, job.app.tables(), clock)?;
-        let saved = match &resumed {
-            Some(ck) => Some(ck.piece(Piece::Worker(w))?.to_vec()),
-            None => None,
-        };
+        let saved = (resumed.as_ref())
+            .map(|ck| ck.piece(Piece::Worker(w)).map(<[u8]>::to_vec))
+            .transpose()?;
         workers.push(run_worker(&ctx.node, &job, client, saved));
     }
     for r in futures::future::join_all(workers).await {

@@ -194,30 +194,26 @@ impl PsClient {
         self.shared.borrow().stop.clone()
     }
 
+    fn failed(&self, what: String) -> ClientError {
+        ClientError::Failed {
+            worker: self.worker,
+            what,
+        }
+    }
+
     fn check(&self) -> Result<(), ClientError> {
         match &self.shared.borrow().error {
-            Some(e) => Err(ClientError::Failed {
-                worker: self.worker,
-                what: e.clone(),
-            }),
+            Some(e) => Err(self.failed(e.clone())),
             None => Ok(()),
         }
     }
 
     fn send(&self, shard: u32, msg: ToShard) -> Result<(), ClientError> {
-        let r = self
-            .shards
-            .get(shard as usize)
-            .ok_or_else(|| ClientError::Failed {
-                worker: self.worker,
-                what: format!("no shard {shard}"),
-            })?;
-        r.tell(msg, PS_PRIORITY).map_err(|e| ClientError::Failed {
-            worker: self.worker,
-            what: format!(
-                "send to ps shard {shard} (node {}): {e}",
-                self.layout.shard_nodes[shard as usize]
-            ),
+        let r = (self.shards.get(shard as usize))
+            .ok_or_else(|| self.failed(format!("no shard {shard}")))?;
+        r.tell(msg, PS_PRIORITY).map_err(|e| {
+            let node = &self.layout.shard_nodes[shard as usize];
+            self.failed(format!("send to ps shard {shard} (node {node}): {e}"))
         })
     }
 
@@ -280,10 +276,7 @@ impl PsClient {
     /// `Get(table, row)` under the table's consistency model, own writes included.
     pub async fn get(&self, table: TableId, row: RowId) -> Result<Row, ClientError> {
         let mut rows = self.get_many(table, &[row]).await?;
-        rows.pop().ok_or_else(|| ClientError::Failed {
-            worker: self.worker,
-            what: "empty get".into(),
-        })
+        rows.pop().ok_or_else(|| self.failed("empty get".into()))
     }
 
     /// `Get` of many rows at once (round trips overlap), in the order asked.
@@ -484,8 +477,7 @@ impl PsClient {
             m.staleness(&self.node_name, &table.0.to_string(), &counts);
         }
         for b in batches {
-            let s = b.shard;
-            self.send(s, ToShard::Batch(b))?;
+            self.send(b.shard, ToShard::Batch(b))?;
         }
         Ok(())
     }
@@ -519,8 +511,7 @@ impl PsClient {
         let mut rows = 0;
         for b in batches {
             rows += b.batch.updates.len();
-            let s = b.shard;
-            self.send(s, ToShard::Batch(b))?;
+            self.send(b.shard, ToShard::Batch(b))?;
         }
         Ok(rows)
     }

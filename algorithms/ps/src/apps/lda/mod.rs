@@ -28,7 +28,8 @@ use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
 use crate::kit::settings::{ManagedSettings, RunFiles};
 use crate::kit::{
-    MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, WorkerDone, decode, encode,
+    MonitorCtx, MonitorState, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, WorkerDone,
+    decode, encode,
 };
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
@@ -59,7 +60,6 @@ pub struct PsLda {
     /// Which worker samples which documents.
     pub docs: DocumentPartition,
     tables: Vec<TableSpec>,
-    checkpointing: Option<PsCheckpointing>,
 }
 
 /// A ps-lda worker between clocks: its core, where it is in the sweep, its counters.
@@ -112,6 +112,31 @@ pub struct PsLdaMonitor {
     next: usize,
 }
 
+impl MonitorState for PsLdaMonitor {
+    /// What the workers had sent before saving at `clock`; the resumed run redoes the rest.
+    fn save(&self, clock: u64) -> Result<Vec<u8>, PsError> {
+        let kept = self.point_clocks.iter().take_while(|&&c| c < clock).count();
+        let saved = PsLdaMonitor {
+            pending: (self.pending.iter())
+                .filter(|(pass, _)| **pass >= kept)
+                .map(|(&pass, reps)| {
+                    let reps = reps.iter().filter(|r| r.clock < clock).cloned().collect();
+                    (pass, reps)
+                })
+                .collect(),
+            done: Vec::new(),
+            curve: self.curve[..kept].to_vec(),
+            point_clocks: self.point_clocks[..kept].to_vec(),
+            next: kept,
+        };
+        Ok(encode(&saved)?)
+    }
+
+    fn resume(what: &str, saved: &[u8]) -> Result<Self, PsError> {
+        decode(what, saved)
+    }
+}
+
 impl PsApp for PsLda {
     type Config = PsLdaSettings;
     type Worker = PsLdaWorkerState;
@@ -134,7 +159,6 @@ impl PsApp for PsLda {
     }
 
     fn new(cfg: PsLdaSettings, layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
             return Err(PsError::InvalidConfig {
                 app: Self::NAME,
@@ -149,7 +173,6 @@ impl PsApp for PsLda {
             corpus,
             docs,
             tables,
-            checkpointing,
         })
     }
 
@@ -162,8 +185,8 @@ impl PsApp for PsLda {
         settings.cluster.failure_timeout_ms = settings.cluster.failure_timeout_ms.max(10_000);
     }
 
-    fn checkpointing(&self) -> Option<PsCheckpointing> {
-        self.checkpointing.clone()
+    fn checkpointing(cfg: &PsLdaSettings) -> Result<Option<PsCheckpointing>, PsError> {
+        cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)
     }
 
     fn save_worker(
@@ -176,7 +199,7 @@ impl PsApp for PsLda {
             start_elapsed_s: st.start.elapsed().as_secs_f64(),
             progress: st.p.clone(),
         };
-        encode(&saved)
+        Ok(encode(&saved)?)
     }
 
     fn resume_worker(
@@ -196,31 +219,6 @@ impl PsApp for PsLda {
         }
         st.p = saved.progress;
         Ok(st)
-    }
-
-    fn save_monitor(&self, m: &PsLdaMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
-        // What the workers had sent before saving at `clock`; the resumed run redoes the rest.
-        let kept = m.point_clocks.iter().take_while(|&&c| c < clock).count();
-        let saved = PsLdaMonitor {
-            pending: m
-                .pending
-                .iter()
-                .filter(|(pass, _)| **pass >= kept)
-                .map(|(&pass, reps)| {
-                    let reps = reps.iter().filter(|r| r.clock < clock).cloned().collect();
-                    (pass, reps)
-                })
-                .collect(),
-            done: Vec::new(),
-            curve: m.curve[..kept].to_vec(),
-            point_clocks: m.point_clocks[..kept].to_vec(),
-            next: kept,
-        };
-        encode(&saved)
-    }
-
-    fn resume_monitor(&self, saved: &[u8]) -> Result<PsLdaMonitor, PsError> {
-        decode("ps-lda monitor checkpoint", saved)
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, PsLdaReport>) -> Result<PsLdaWorkerState, PsError> {

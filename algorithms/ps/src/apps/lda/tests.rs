@@ -45,7 +45,7 @@ fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
     assert_eq!(clocks.len(), 2, "{clocks:?}");
     let v = app.corpus.vocab_size;
     for clock in clocks {
-        let ck = crate::checkpoint::load_job_checkpoint(dir.path(), clock, &shape).unwrap();
+        let ck = crate::checkpoint::tests::load_job_checkpoint(dir.path(), clock, &shape).unwrap();
         let mut from_workers = vec![vec![0i64; cfg.n_topics]; v + 1];
         for w in 0..3 {
             use crate::core::checkpoint::Piece;

@@ -11,7 +11,6 @@
 
 use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::stats::{ReadStats, StalenessReport};
-use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
 use crate::kit::settings::{
@@ -19,7 +18,7 @@ use crate::kit::settings::{
 };
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx,
-    WorkerDone, decode, pad_to, write_run,
+    WorkerDone, pad_to, write_run,
 };
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
@@ -51,8 +50,6 @@ pub struct PsLr {
     /// The samples.
     pub data: PsLrData,
     tables: Vec<TableSpec>,
-    stragglers: StragglerModel,
-    checkpointing: Option<PsCheckpointing>,
 }
 
 /// The ps-lr monitor between evaluations.
@@ -126,7 +123,6 @@ impl PsApp for PsLr {
     }
 
     fn new(cfg: PsLrSettings, _layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let data = PsLrData::load(&cfg)?;
         let k = data.n_classes() as u32;
         let tables = TablesBuilder::new()
@@ -137,14 +133,7 @@ impl PsApp for PsLr {
             )
             .rule(cfg.rule.spec(cfg.learning_rate, k))
             .build()?;
-        let stragglers = cfg.stragglers.model(cfg.seed);
-        Ok(PsLr {
-            cfg,
-            data,
-            tables,
-            stragglers,
-            checkpointing,
-        })
+        Ok(PsLr { cfg, data, tables })
     }
 
     fn tables(&self) -> Vec<TableSpec> {
@@ -156,16 +145,8 @@ impl PsApp for PsLr {
     }
 
     /// A worker's samples and batch follow from its id and clock: nothing to save.
-    fn checkpointing(&self) -> Option<PsCheckpointing> {
-        self.checkpointing.clone()
-    }
-
-    fn save_monitor(&self, m: &PsLrMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
-        m.save(clock)
-    }
-
-    fn resume_monitor(&self, saved: &[u8]) -> Result<PsLrMonitor, PsError> {
-        decode("ps-lr monitor checkpoint", saved)
+    fn checkpointing(cfg: &PsLrSettings) -> Result<Option<PsCheckpointing>, PsError> {
+        cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<Vec<usize>, PsError> {
@@ -210,11 +191,8 @@ impl PsApp for PsLr {
             };
             c.batch_inc(WEIGHTS, RowId(u64::from(j)), &delta)?;
         }
-        pad_to(
-            t0,
-            self.stragglers.clock_time(ctx.worker(), c.current_clock()),
-        )
-        .await;
+        let stragglers = self.cfg.stragglers.model(self.cfg.seed);
+        pad_to(t0, stragglers.clock_time(ctx.worker(), clock)).await;
         Ok(PsStep::Clock)
     }
 
@@ -246,8 +224,6 @@ impl PsApp for PsLr {
             reports,
             all_done,
             self.cfg.max_seconds,
-            // All weights zero: the model before any update.
-            || self.point(0.0, 0, &HashMap::new()),
             |tables, t, clock| self.point(t, clock, &self.weights(tables)),
             |p| self.cfg.target_log_loss.is_some_and(|x| p.log_loss <= x),
         )

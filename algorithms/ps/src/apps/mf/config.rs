@@ -195,11 +195,7 @@ impl PsMfSettings {
 
     /// Model columns of a row: the rank, plus the bias and constant columns with `biases`.
     pub fn row_width(&self) -> u32 {
-        if self.biases {
-            self.rank + 2
-        } else {
-            self.rank
-        }
+        self.rank + if self.biases { 2 } else { 0 }
     }
 
     /// The columns SGD leaves alone (`(users', items')`): the constant 1s of [`Self::biases`].
@@ -217,16 +213,13 @@ impl PsMfSettings {
             });
         }
         let model_width = self.row_width();
-        let Some(rule) = self.rule else {
-            return Ok(TablesBuilder::new()
-                .dense("users", model_width, Consistency::Async)
-                .dense("items", model_width, self.consistency())
-                .build()?);
+        let (width, spec) = match self.rule {
+            Some(rule) => (
+                rule.row_width(model_width),
+                rule.spec(self.learning_rate, model_width),
+            ),
+            None => (model_width, UpdateRuleSpec::Sum),
         };
-        let (width, spec) = (
-            rule.row_width(model_width),
-            rule.spec(self.learning_rate, model_width),
-        );
         Ok(TablesBuilder::new()
             .dense("users", width, Consistency::Async)
             .rule(spec.clone())

@@ -16,7 +16,9 @@ use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
-use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
+use crate::core::types::{
+    Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec, UpdateRuleSpec,
+};
 use crate::error::PsError;
 use crate::kit::settings::{
     ManagedSettings, RunFiles, StragglerSettings, check_history, check_step, eval_stride,
@@ -57,7 +59,6 @@ pub struct PsMf {
     /// The ratings.
     pub data: PsMfData,
     tables: Vec<TableSpec>,
-    checkpointing: Option<PsCheckpointing>,
 }
 
 /// A ps-mf worker between clocks.
@@ -115,28 +116,18 @@ impl PsMf {
     }
 
     fn test_rmse(&self, m: &PsMfModel) -> f64 {
-        let zero = vec![0.0; self.cfg.rank as usize];
-        let row = |rows: &[Vec<f32>], x: u32| rows.get(x as usize).cloned();
         // Biases as the augmented columns: users `[u, b, 1]`, items `[v, 1, b]`.
-        let bias = |b: &[f32], x: u32| b.get(x as usize).copied().unwrap_or(0.0);
-        let with_bias = |mut v: Vec<f32>, pair: [f32; 2]| {
+        let row = |rows: &[Vec<f32>], biases: &[f32], x: usize, pair: fn(f32) -> [f32; 2]| {
+            let zero = || vec![0.0; self.cfg.rank as usize];
+            let mut v = rows.get(x).cloned().unwrap_or_else(zero);
             if self.cfg.biases {
-                v.extend(pair);
+                v.extend(pair(biases.get(x).copied().unwrap_or(0.0)));
             }
             v
         };
-        rmse(
-            &self.data.test.entries,
-            |u| {
-                let v = row(&m.users, u).unwrap_or_else(|| zero.clone());
-                with_bias(v, [bias(&m.user_bias, u), 1.0])
-            },
-            |i| {
-                let v = row(&m.items, i).unwrap_or_else(|| zero.clone());
-                with_bias(v, [1.0, bias(&m.item_bias, i)])
-            },
-            self.data.mean,
-        )
+        let user = |u: u32| row(&m.users, &m.user_bias, u as usize, |b| [b, 1.0]);
+        let item = |i: u32| row(&m.items, &m.item_bias, i as usize, |b| [1.0, b]);
+        rmse(&self.data.test.entries, user, item, self.data.mean)
     }
 }
 
@@ -170,15 +161,9 @@ impl PsApp for PsMf {
     }
 
     fn new(cfg: PsMfSettings, _layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let tables = cfg.tables()?;
         let data = PsMfData::load(&cfg)?;
-        Ok(PsMf {
-            cfg,
-            data,
-            tables,
-            checkpointing,
-        })
+        Ok(PsMf { cfg, data, tables })
     }
 
     fn tables(&self) -> Vec<TableSpec> {
@@ -274,15 +259,10 @@ impl PsApp for PsMf {
         };
         let mut pu = local(USERS, &users, &user_rows);
         let mut qi = local(ITEMS, &items, &item_rows);
+        let (mean, lr, reg) = (self.data.mean, cfg.learning_rate, cfg.regularization);
+        let (fixed, per_clock) = (cfg.fixed_columns(), st.stragglers.clock_time(w, c));
         if let Some(rule) = cfg.rule {
-            let (gu, gi) = batch_gradient(
-                batch,
-                &pu,
-                &qi,
-                self.data.mean,
-                cfg.regularization,
-                cfg.fixed_columns(),
-            );
+            let (gu, gi) = batch_gradient(batch, &pu, &qi, mean, reg, fixed);
             for (table, grads, ids, rows) in [
                 (USERS, &gu, &users, &user_rows),
                 (ITEMS, &gi, &items, &item_rows),
@@ -296,39 +276,26 @@ impl PsApp for PsMf {
                     client.batch_inc(table, RowId(u64::from(*id)), &delta)?;
                 }
             }
-            pad_to(t0, st.stragglers.clock_time(w, c)).await;
-            st.compute_s += t0.elapsed().as_secs_f64();
-            return Ok(PsStep::Clock);
-        }
-        let (lr, reg) = (cfg.learning_rate, cfg.regularization);
-        // The clock's compute in slices, whose changes managed communication may send early.
-        let per_clock = st.stragglers.clock_time(w, c);
-        let slices = cfg.comm.slices();
-        let per_slice = per_clock / slices as u32;
-        for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
-            let part = &batch[range];
-            let (old_u, old_i) = (pu.clone(), qi.clone());
-            sgd_pass(
-                part,
-                &mut pu,
-                &mut qi,
-                self.data.mean,
-                lr,
-                reg,
-                cfg.fixed_columns(),
-            );
-            for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
-                for (&id, v) in new {
-                    if let Some(o) = old.get(&id) {
-                        let d: Vec<f32> = v.iter().zip(o).map(|(a, b)| a - b).collect();
-                        client.batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))?;
+        } else {
+            // The clock's compute in slices, whose changes managed communication may send early.
+            let slices = cfg.comm.slices();
+            let per_slice = per_clock / slices as u32;
+            for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
+                let (old_u, old_i) = (pu.clone(), qi.clone());
+                sgd_pass(&batch[range], &mut pu, &mut qi, mean, lr, reg, fixed);
+                for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
+                    for (&id, v) in new {
+                        if let Some(o) = old.get(&id) {
+                            let d: Vec<f32> = v.iter().zip(o).map(|(a, b)| a - b).collect();
+                            client.batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))?;
+                        }
                     }
                 }
+                if let Some(manager) = st.manager.as_mut() {
+                    client.managed_tick(manager)?;
+                }
+                pad_to(t0, per_slice * (k as u32 + 1)).await;
             }
-            if let Some(manager) = st.manager.as_mut() {
-                client.managed_tick(manager)?;
-            }
-            pad_to(t0, per_slice * (k as u32 + 1)).await;
         }
         pad_to(t0, per_clock).await;
         st.compute_s += t0.elapsed().as_secs_f64();
@@ -352,8 +319,8 @@ impl PsApp for PsMf {
         Ok(done)
     }
 
-    fn checkpointing(&self) -> Option<PsCheckpointing> {
-        self.checkpointing.clone()
+    fn checkpointing(cfg: &PsMfSettings) -> Result<Option<PsCheckpointing>, PsError> {
+        cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)
     }
 
     fn save_worker(
@@ -362,7 +329,7 @@ impl PsApp for PsMf {
         _ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<Vec<u8>, PsError> {
         // Everything else follows from the seed and the clock.
-        encode(&(st.compute_s, st.wait_s))
+        Ok(encode(&(st.compute_s, st.wait_s))?)
     }
 
     fn resume_worker(
@@ -373,14 +340,6 @@ impl PsApp for PsMf {
         let mut st = self.start_worker(ctx)?;
         (st.compute_s, st.wait_s) = decode("ps-mf worker checkpoint", saved)?;
         Ok(st)
-    }
-
-    fn save_monitor(&self, m: &PsMfMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
-        m.save(clock)
-    }
-
-    fn resume_monitor(&self, saved: &[u8]) -> Result<PsMfMonitor, PsError> {
-        decode("ps-mf monitor checkpoint", saved)
     }
 
     fn eval_every(&self) -> u64 {
@@ -398,21 +357,14 @@ impl PsApp for PsMf {
         reports: Vec<WorkerDone>,
         all_done: bool,
     ) -> Result<Option<String>, PsError> {
-        let point = |seconds, clock, model: &PsMfModel| RmsePoint {
+        let point = |tables, seconds, clock| RmsePoint {
             seconds,
             clock,
-            rmse: self.test_rmse(model),
+            rmse: self.test_rmse(&self.model_from(&tables)),
         };
-        m.observe(
-            ctx,
-            reports,
-            all_done,
-            self.cfg.max_seconds,
-            // Every stored offset zero: the initial values.
-            || point(0.0, 0, &self.model_from(&HashMap::new())),
-            |tables, t, clock| point(t, clock, &self.model_from(&tables)),
-            |p| self.cfg.target_rmse.is_some_and(|target| p.rmse <= target),
-        )
+        m.observe(ctx, reports, all_done, self.cfg.max_seconds, point, |p| {
+            self.cfg.target_rmse.is_some_and(|target| p.rmse <= target)
+        })
         .await
     }
 

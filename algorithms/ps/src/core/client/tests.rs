@@ -1,7 +1,7 @@
 // Over 600 lines: the client core's consistency cases share one fixture set.
 use super::*;
 use crate::core::shard::PsShardCore;
-use crate::core::types::UpdateRuleSpec;
+use crate::core::types::{Consistency, UpdateRuleSpec};
 
 use crate::core::testing::{T, spec};
 
@@ -115,7 +115,7 @@ fn oplog_coalesces_and_splits_per_shard() {
         c.inc(T, RowId(r), 1, 1.0).unwrap();
     }
     assert_eq!(
-        c.oplog_delta(T, RowId(1)),
+        c.oplog.get(&(T, RowId(1))).map(|e| &e.delta),
         Some(&Row::Dense(vec![3.0, 4.0]))
     );
     assert!(c.inc(T, RowId(1), 2, 1.0).is_err(), "column out of range");
@@ -123,7 +123,7 @@ fn oplog_coalesces_and_splits_per_shard() {
     let batches = c.clock();
     assert_eq!(batches.len(), 3);
     assert_eq!(c.current_clock(), 1);
-    assert_eq!(c.oplog_len(), 0);
+    assert_eq!(c.oplog.len(), 0);
     let mut seen = 0;
     let mut seqs = Vec::new();
     for b in &batches {
@@ -294,7 +294,7 @@ fn push_moves_the_buffer_into_the_batch() {
     c.push(T, RowId(1), Row::Dense(vec![0.5, 0.0])).unwrap();
     c.push(T, RowId(1), Row::Sparse(vec![(1, 2.0)])).unwrap();
     assert_eq!(
-        c.oplog_delta(T, RowId(1)),
+        c.oplog.get(&(T, RowId(1))).map(|e| &e.delta),
         Some(&Row::Dense(vec![1.5, 3.0]))
     );
     assert!(

@@ -12,6 +12,17 @@ fn config(iterations: usize) -> LdaConfig {
     }
 }
 
+/// The worker's own word-topic counts `(global word, counts)`, from its assignments.
+fn own_word_counts(w: &PsLdaWorker) -> Vec<(u32, TopicCounts)> {
+    let mut rows = vec![TopicCounts::default(); w.words.len()];
+    for (ws, ts) in w.docs.iter().zip(&w.assignments) {
+        for (&l, &t) in ws.iter().zip(ts) {
+            rows[l as usize].increment(t);
+        }
+    }
+    w.words.iter().copied().zip(rows).collect()
+}
+
 fn corpus() -> petrel_ml::data::Corpus {
     lda_corpus(&LdaCorpusParams {
         n_topics: 5,
@@ -80,7 +91,7 @@ fn deltas_are_exact_even_against_an_empty_view() {
     }
     w.check_doc_counts().unwrap();
     let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
-    for (word, counts) in w.own_word_counts() {
+    for (word, counts) in own_word_counts(&w) {
         let mut a = counts.entries.clone();
         let mut b = t.word_topic[word as usize].entries.clone();
         a.sort_unstable();
@@ -227,4 +238,83 @@ fn parts_and_chunks_cover_the_documents() {
     assert_eq!(chunks.last().unwrap().end, parts[1].end);
     assert!(chunks.windows(2).all(|p| p[0].end == p[1].start));
     assert!(chunks.len() >= 10, "{} chunks", chunks.len());
+}
+
+/// Serial data-parallel simulation (the reference for the cluster app): per clock every
+/// worker sweeps its documents against the table of `staleness` clocks ago plus its own
+/// changes. Returns the log-likelihood per token per iteration and the final rows.
+pub fn simulate(
+    docs_per_worker: Vec<Vec<(u32, Vec<u32>)>>,
+    vocab_size: usize,
+    config: &LdaConfig,
+    staleness: usize,
+) -> Result<(Vec<f64>, Vec<Row>), PsCoreError> {
+    let mut workers = docs_per_worker
+        .into_iter()
+        .enumerate()
+        .map(|(w, d)| PsLdaWorker::new(w, d, vocab_size, config))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n_tokens: usize = workers.iter().map(PsLdaWorker::n_tokens).sum();
+    let freq = word_frequencies(&workers, vocab_size);
+    let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); vocab_size + 1];
+    for w in &mut workers {
+        for (r, d) in w.take_initial_deltas() {
+            table[r.0 as usize].add(&d);
+        }
+    }
+    // history[c]: the table once every worker's clock c - 1 was applied; own[w][c]: worker
+    // w's deltas of clock c (applied between history[c] and history[c + 1]).
+    let mut history = vec![table.clone()];
+    let mut own: Vec<Vec<Vec<(RowId, Row)>>> = vec![Vec::new(); workers.len()];
+    let log_likelihood = |table: &[Row], workers: &[PsLdaWorker]| -> Result<f64, PsCoreError> {
+        let t = FinalTable::check(|r| table.get(r as usize), &freq, config.n_topics)?;
+        let doc: f64 = workers.iter().map(PsLdaWorker::doc_log_likelihood).sum();
+        Ok((t.word_log_likelihood(config.beta) + doc) / n_tokens.max(1) as f64)
+    };
+    let mut trace = vec![log_likelihood(&table, &workers)?];
+    for _ in 0..config.iterations {
+        let h = history.len().saturating_sub(staleness + 1);
+        let mut flushed = Vec::new();
+        for (w, worker) in workers.iter_mut().enumerate() {
+            let mut rows: Vec<Row> = worker
+                .row_ids()
+                .iter()
+                .map(|r| history[h][r.0 as usize].clone())
+                .collect();
+            let index: std::collections::HashMap<RowId, usize> = worker
+                .row_ids()
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (r, i))
+                .collect();
+            for (r, d) in own[w].iter().skip(h).flatten() {
+                if let Some(&i) = index.get(r) {
+                    rows[i].add(d);
+                }
+            }
+            let mut view = worker.view(&rows)?;
+            worker.sweep(0..worker.n_docs(), &mut view);
+            let deltas = worker.take_deltas(&mut view);
+            flushed.extend(deltas.iter().cloned());
+            own[w].push(deltas);
+        }
+        for (r, d) in flushed {
+            table[r.0 as usize].add(&d);
+        }
+        history.push(table.clone());
+        trace.push(log_likelihood(&table, &workers)?);
+    }
+    Ok((trace, table))
+}
+
+fn word_frequencies(workers: &[PsLdaWorker], vocab_size: usize) -> Vec<usize> {
+    let mut freq = vec![0usize; vocab_size];
+    for w in workers {
+        for d in &w.docs {
+            for &l in d {
+                freq[w.words[l as usize] as usize] += 1;
+            }
+        }
+    }
+    freq
 }
