@@ -547,7 +547,8 @@ impl GsWorkerCore {
         Self::build(x, y, lambda, shared, true)
     }
 
-    fn build(
+    /// [`Self::centred`] when `centred`, else [`Self::new`].
+    pub fn build(
         x: SparseColumns,
         y: Vec<f32>,
         lambda: f64,
@@ -783,19 +784,6 @@ impl GsWorkerCore {
         combined: &RowVector,
         combined_offset: f64,
     ) -> Result<(), StradsModelError> {
-        self.commit_with(weight, combined_offset, |start| {
-            combined.add_scaled_to(-1.0, start)
-        })
-    }
-
-    /// The commit's common part: the coefficients' step weight, then `subtract` takes the
-    /// combined delta off the residual saved at the sweep's start.
-    fn commit_with(
-        &mut self,
-        weight: f64,
-        combined_offset: f64,
-        subtract: impl FnOnce(&mut [f64]) -> Result<(), StradsModelError>,
-    ) -> Result<(), StradsModelError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
@@ -813,7 +801,7 @@ impl GsWorkerCore {
             }
         }
         if let Some((mut start, offset)) = pending.start {
-            subtract(&mut start)?;
+            combined.add_scaled_to(-1.0, &mut start)?;
             self.residual = start;
             self.sq_residual = match &mut self.centring {
                 Some(c) => {

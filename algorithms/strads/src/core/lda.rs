@@ -265,11 +265,6 @@ impl LdaWorker {
         Ok(())
     }
 
-    /// Ids of the worker's documents.
-    pub fn doc_ids(&self) -> &[u32] {
-        &self.doc_ids
-    }
-
     /// Counts of this worker's own tokens per topic (for the initial global totals).
     pub fn own_topic_counts(&self) -> Vec<i64> {
         let mut counts = vec![0i64; self.n_topics];

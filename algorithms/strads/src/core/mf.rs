@@ -30,6 +30,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::StradsModelError;
+use super::app::{BlockId, Plan, Step};
 use petrel_ml::data::Ratings;
 use petrel_ml::topic::balanced_buckets;
 
@@ -54,6 +55,48 @@ impl RotationSchedule {
     /// Worker that receives `worker`'s block after this sub-round (the ring predecessor).
     pub fn next_holder(&self, worker: usize) -> usize {
         (worker + self.p - 1) % self.p
+    }
+
+    /// Of `blocks` (`index(b)`: block `b`'s index), the ones `worker` holds before the first
+    /// sub-round, by id.
+    pub fn held_at_start<B>(
+        &self,
+        worker: usize,
+        blocks: Vec<B>,
+        index: impl Fn(&B) -> usize,
+    ) -> Vec<(BlockId, B)> {
+        blocks
+            .into_iter()
+            .filter(|b| self.holder(index(b), 0) == worker)
+            .map(|b| (index(&b) as BlockId, b))
+            .collect()
+    }
+
+    /// The round of sub-round `subround`: worker `w`'s task is `task(w, block it holds)`.
+    pub fn plan<T>(&self, subround: usize, task: impl Fn(usize, usize) -> T) -> Step<T> {
+        Step::Run(Plan::PerWorker(
+            (0..self.p)
+                .map(|w| task(w, self.block_held(w, subround)))
+                .collect(),
+        ))
+    }
+
+    /// The block `worker` holds in `subround`, if it is the one it answered for (`what`:
+    /// `"visited"` or `"returned"`).
+    pub fn check_block(
+        &self,
+        worker: usize,
+        subround: usize,
+        block: usize,
+        what: &str,
+    ) -> Result<usize, StradsModelError> {
+        let expected = self.block_held(worker, subround);
+        if block != expected {
+            return Err(StradsModelError::protocol(format!(
+                "worker {worker} {what} block {block} instead of {expected}"
+            )));
+        }
+        Ok(expected)
     }
 }
 

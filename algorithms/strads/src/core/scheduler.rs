@@ -377,14 +377,10 @@ impl LassoScheduler {
     }
 
     /// The dependency check of [`Self::draw_candidates`]' output (identity without a
-    /// filter): at most `block_size` pairwise nearly uncorrelated coordinates.
-    pub fn filter_candidates(&mut self, candidates: Vec<usize>) -> Vec<usize> {
-        self.filter_candidates_around(candidates, &[])
-    }
-
-    /// [`Self::filter_candidates`] while the coordinates `in_flight` are being updated by
-    /// rounds that have not committed yet: they are never chosen again, and with the
-    /// filter every chosen coordinate is also nearly uncorrelated with each of them
+    /// filter): at most `block_size` pairwise nearly uncorrelated coordinates, while the
+    /// coordinates `in_flight` are being updated by rounds that have not committed yet:
+    /// they are never chosen again, and with the filter every chosen coordinate is also
+    /// nearly uncorrelated with each of them
     /// ([`CorrelationOracle::keep_independent_around`]), so a pipeline of several rounds
     /// interferes no more than one round does.
     pub fn filter_candidates_around(

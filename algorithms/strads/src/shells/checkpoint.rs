@@ -6,7 +6,7 @@
 //! checkpoint into itself and every worker before the first dispatch.
 
 use super::star::{SchedulerOptions, WorkerSet};
-use super::{RestoreRoundState, SaveRoundState, SavedRoundState};
+use super::{RestoreRoundState, SaveRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, StradsApp};
 use crate::core::checkpoint::{
@@ -267,7 +267,8 @@ impl RoundCheckpointer {
         let mut attempt = 0;
         let saved = loop {
             attempt += 1;
-            let saved = ask_all(&workers.save, &msg, opts, round, "save").await?;
+            let msgs = vec![msg.clone(); workers.len()];
+            let saved = ask_all(&workers.save, msgs, opts, round, "save").await?;
             for (worker, s) in saved.iter().enumerate() {
                 if s.worker as usize != worker {
                     return Err(RoundCheckpointError::WrongWorker {
@@ -342,22 +343,7 @@ impl RoundCheckpointer {
             dir: dir.clone(),
             file,
         });
-        let replies = futures::future::join_all(
-            workers
-                .restore
-                .iter()
-                .zip(asks)
-                .map(|(addr, msg)| addr.ask(msg, opts.priority, opts.timeout)),
-        )
-        .await;
-        for (worker, r) in replies.into_iter().enumerate() {
-            r.map_err(|source| RoundCheckpointError::Worker {
-                what: "restore",
-                round,
-                worker,
-                source,
-            })?;
-        }
+        ask_all(&workers.restore, asks, opts, round, "restore").await?;
         app.checkpointed(round, true);
         self.policy.reset(app.checkpoint_progress());
         self.elapsed_before = Duration::try_from_secs_f64(scheduler.elapsed_s).unwrap_or_default();
@@ -366,17 +352,19 @@ impl RoundCheckpointer {
     }
 }
 
-async fn ask_all(
-    addrs: &[petrel_actors::address::ActorRef<SaveRoundState>],
-    msg: &SaveRoundState,
+/// Asks every worker its message at once; fails naming the first that could not `what`.
+async fn ask_all<M: petrel_messages::RemoteMessage>(
+    addrs: &[petrel_actors::address::ActorRef<M>],
+    msgs: impl IntoIterator<Item = M>,
     opts: &SchedulerOptions,
     round: u64,
     what: &'static str,
-) -> Result<Vec<SavedRoundState>, RoundCheckpointError> {
+) -> Result<Vec<M::Reply>, RoundCheckpointError> {
     let replies = futures::future::join_all(
         addrs
             .iter()
-            .map(|addr| addr.ask(msg.clone(), opts.priority, opts.timeout)),
+            .zip(msgs)
+            .map(|(addr, msg)| addr.ask(msg, opts.priority, opts.timeout)),
     )
     .await;
     replies

@@ -469,12 +469,31 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Commit<A>>> for StradsWorker<A, W> {
 impl<A: StradsApp, W: Push<A>> Handler<Msg<SaveRoundState>> for StradsWorker<A, W> {
     type Result = Result<SavedRoundState, HandlerError>;
 
+    /// Writes this worker's file for a checkpoint: a star worker holds no blocks.
     fn handle(&mut self, msg: Msg<SaveRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
+        let index = self.index;
+        let fail = |e: String| HandlerError::new(format!("worker {index} checkpoint: {e}"));
         let state = match &self.failed {
-            Some(e) => Err(format!("failed earlier: {e}")),
-            None => self.logic.snapshot_state().map_err(|e| e.to_string()),
+            Some(e) => return Err(fail(format!("failed earlier: {e}"))),
+            None => self
+                .logic
+                .snapshot_state()
+                .map_err(|e| fail(e.to_string()))?,
         };
-        save_star_state(self.index, state, &msg.body)
+        let state =
+            state.ok_or_else(|| fail("this app does not implement snapshot_state".into()))?;
+        let file = WorkerRoundFile {
+            state,
+            blocks: Vec::new(),
+        };
+        let file =
+            write_worker_round_file(&msg.body, index, &file).map_err(|e| fail(e.to_string()))?;
+        Ok(SavedRoundState {
+            worker: index,
+            file,
+            sent: Vec::new(),
+            received: Vec::new(),
+        })
     }
 }
 
@@ -482,50 +501,16 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<RestoreRoundState>> for StradsWorker<
     type Result = Result<(), HandlerError>;
 
     fn handle(&mut self, msg: Msg<RestoreRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
+        let index = self.index;
+        let fail = |e: String| HandlerError::new(format!("worker {index} restore: {e}"));
         if let Some(e) = &self.failed {
-            return Err(HandlerError::new(format!(
-                "worker {} restore: failed earlier: {e}",
-                self.index
-            )));
+            return Err(fail(format!("failed earlier: {e}")));
         }
-        let logic = &mut self.logic;
-        restore_star_state(self.index, &msg.body, |state| logic.restore_state(state))
+        let file = read_worker_round_file(&msg.body, index).map_err(|e| fail(e.to_string()))?;
+        self.logic
+            .restore_state(&file.state)
+            .map_err(|e| fail(e.to_string()))
     }
-}
-
-/// Writes worker `index`'s file for a checkpoint (`state`: its app half's state, or why
-/// there is none): a star worker holds no blocks.
-pub(super) fn save_star_state(
-    index: u32,
-    state: Result<Option<Vec<u8>>, String>,
-    msg: &SaveRoundState,
-) -> Result<SavedRoundState, HandlerError> {
-    let fail = |e: String| HandlerError::new(format!("worker {index} checkpoint: {e}"));
-    let state = state
-        .map_err(fail)?
-        .ok_or_else(|| fail("this app does not implement snapshot_state".into()))?;
-    let file = WorkerRoundFile {
-        state,
-        blocks: Vec::new(),
-    };
-    let file = write_worker_round_file(msg, index, &file).map_err(|e| fail(e.to_string()))?;
-    Ok(SavedRoundState {
-        worker: index,
-        file,
-        sent: Vec::new(),
-        received: Vec::new(),
-    })
-}
-
-/// Reads worker `index`'s file of a checkpoint and hands its state to `restore`.
-pub(super) fn restore_star_state(
-    index: u32,
-    msg: &RestoreRoundState,
-    restore: impl FnOnce(&[u8]) -> Result<(), StradsModelError>,
-) -> Result<(), HandlerError> {
-    let fail = |e: String| HandlerError::new(format!("worker {index} restore: {e}"));
-    let file = read_worker_round_file(msg, index).map_err(|e| fail(e.to_string()))?;
-    restore(&file.state).map_err(|e| fail(e.to_string()))
 }
 
 /// Starts a worker actor and registers it under `name` for its message types (rounds and

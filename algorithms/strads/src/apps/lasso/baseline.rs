@@ -29,11 +29,7 @@ pub fn solve_baseline(
 ) -> Result<LassoOutcome, StradsError> {
     let mut scheduler = GsScheduling::new(x, y, job, 1)?;
     let lambda = f64::from(scheduler.lambda());
-    let core = if job.fit_intercept {
-        GsWorkerCore::centred(x.clone(), y.to_vec(), lambda, false)?
-    } else {
-        GsWorkerCore::new(x.clone(), y.to_vec(), lambda, false)?
-    };
+    let core = GsWorkerCore::build(x.clone(), y.to_vec(), lambda, false, job.fit_intercept)?;
     let mut worker = [GsWorker::new(core, 0)];
     let timed = SerialOptions {
         timed: true,

@@ -47,6 +47,28 @@ pub struct Evaluation {
     pub heldout: std::collections::BTreeMap<String, f64>,
 }
 
+impl Evaluation {
+    /// The record of the evaluation `e` of `round`, after `updates` updates.
+    pub(crate) fn of(
+        round: u64,
+        updates: u64,
+        elapsed_s: f64,
+        e: &EvalNumbers,
+        heldout: std::collections::BTreeMap<String, f64>,
+    ) -> Self {
+        Evaluation {
+            round,
+            updates,
+            elapsed_s,
+            objective: e.objective,
+            kkt_violation: e.kkt_violation,
+            duality_gap: e.duality_gap,
+            nonzeros: e.nonzeros,
+            heldout,
+        }
+    }
+}
+
 /// `metrics.json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LassoMetrics {
@@ -242,6 +264,23 @@ impl LassoMetrics {
         self.final_kkt_violation = e.kkt_violation;
         self.final_duality_gap = e.duality_gap;
         self.evaluations.push(e);
+    }
+
+    /// Records the first time `objective` reaches `target` (after `updates` updates, at
+    /// `elapsed_s`); true then.
+    pub(crate) fn reach_target(
+        &mut self,
+        target: Option<f64>,
+        objective: f64,
+        updates: u64,
+        elapsed_s: f64,
+    ) -> bool {
+        let reached = self.target_updates.is_none() && target.is_some_and(|t| objective <= t);
+        if reached {
+            self.target_updates = Some(updates);
+            self.target_s = Some(elapsed_s);
+        }
+        reached
     }
 
     /// Duality gap / objective at the end (what `gap_tolerance` bounds).

@@ -21,8 +21,7 @@ use super::checkpoint::ClusterShape;
 use super::config::LassoSettings;
 use super::heldout::LinearHeldout;
 use super::metrics::{
-    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation,
-    common_applied,
+    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
 };
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 use crate::core::StradsModelError;
@@ -194,12 +193,12 @@ impl LassoScheduling {
             elapsed_s,
             objective,
         });
-        if let Some(target) = self.job.target_objective
-            && objective <= target
-            && self.s.metrics.target_updates.is_none()
+        let target = self.job.target_objective;
+        if self
+            .s
+            .metrics
+            .reach_target(target, objective, updates, elapsed_s)
         {
-            self.s.metrics.target_updates = Some(updates);
-            self.s.metrics.target_s = Some(elapsed_s);
             self.s.stopping = true;
         }
         if !objective.is_finite() {
@@ -357,30 +356,15 @@ impl Schedule<LassoApp> for LassoScheduling {
                 // Exact: evaluation rounds are only dispatched with the pipeline drained.
                 let (numbers, _) =
                     combine_evaluation(&partials, &self.s.coefficients, self.lambda)?;
-                let EvalNumbers {
-                    objective,
-                    kkt_violation: kkt,
-                    duality_gap: gap,
-                    l1,
-                    nonzeros,
-                } = numbers;
-                self.s.l1 = l1;
-                let no_overrides = std::collections::HashMap::new();
+                let (objective, gap) = (numbers.objective, numbers.duality_gap);
+                self.s.l1 = numbers.l1;
                 let heldout = self
                     .heldout
                     .as_ref()
-                    .map(|h| h.figures(&self.s.coefficients, &no_overrides, l1))
+                    .map(|h| h.figures(&self.s.coefficients, &Default::default(), numbers.l1))
                     .unwrap_or_default();
-                let eval = Evaluation {
-                    round,
-                    updates: self.s.updates,
-                    elapsed_s: elapsed.as_secs_f64(),
-                    objective,
-                    kkt_violation: kkt,
-                    duality_gap: gap,
-                    nonzeros,
-                    heldout,
-                };
+                let (updates, elapsed_s) = (self.s.updates, elapsed.as_secs_f64());
+                let eval = Evaluation::of(round, updates, elapsed_s, &numbers, heldout);
                 self.s.metrics.record_evaluation(eval, "lasso evaluation");
                 if let Some(tol) = self.job.gap_tolerance
                     && gap <= tol * objective.abs().max(f64::MIN_POSITIVE)
@@ -393,7 +377,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                 self.s.metrics.profile.eval_rounds += 1;
                 self.s.metrics.profile.scheduler_peak_rss_mb = super::metrics::peak_rss_mb();
                 self.s.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
-                LassoCommit::empty()
+                LassoCommit::default()
             }
         };
         self.s.metrics.updates = self.s.updates;

@@ -83,8 +83,9 @@ impl WorkerBusy {
     }
 }
 
-/// Committed `new - old` per coordinate (empty after an evaluation round).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Committed `new - old` per coordinate (empty, the default, after a round that changed
+/// no coefficient).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LassoCommit {
     /// Coordinates.
     #[serde(with = "petrel_messages::tensor::u32_bytes")]
@@ -92,16 +93,6 @@ pub struct LassoCommit {
     /// Their changes.
     #[serde(with = "f32_bytes")]
     pub deltas: Vec<f32>,
-}
-
-impl LassoCommit {
-    /// The commit of a round that changed no coefficient.
-    pub fn empty() -> Self {
-        LassoCommit {
-            vars: Vec::new(),
-            deltas: Vec::new(),
-        }
-    }
 }
 
 strads_app!(

@@ -277,13 +277,7 @@ pub fn write_outputs(
     sched: &LdaScheduling,
     job: &LdaSettings,
 ) -> Result<(), StradsError> {
-    let mut run = lda_run_metrics(
-        "lda",
-        sched.metrics(),
-        sched.heldout_trace(),
-        job,
-        sched.metrics(),
-    );
+    let mut run = lda_run_metrics(sched, job);
     run.check_finite("check alpha and beta")?;
     if job.test_data.is_some() {
         // What the held-out history cost (every pass end, the scheduler's thread).
@@ -320,14 +314,9 @@ pub fn write_outputs(
 
 /// The one metrics format of an LDA run: a record per pass (log-likelihood per token and
 /// the held-out figures of that pass).
-pub fn lda_run_metrics(
-    app: &str,
-    lda: &petrel_ml::topic::LdaMetrics,
-    heldout: &std::collections::BTreeMap<usize, HeldoutFigures>,
-    settings: &impl Serialize,
-    details: &impl Serialize,
-) -> petrel_ml::job::RunMetrics {
-    let mut m = petrel_ml::job::RunMetrics::new(app, settings, details, lda.elapsed_s);
+pub fn lda_run_metrics(sched: &LdaScheduling, job: &LdaSettings) -> petrel_ml::job::RunMetrics {
+    let (lda, heldout) = (sched.metrics(), sched.heldout_trace());
+    let mut m = petrel_ml::job::RunMetrics::new("lda", job, lda, lda.elapsed_s);
     for p in &lda.loglik {
         let mut values = vec![
             ("loglik_per_token", p.loglik_per_token),
@@ -359,7 +348,7 @@ impl StradsJob for LdaApp {
     type Worker = RingHalf<LdaApp, LdaWorkerApp>;
 
     fn scheduler_digest(scheduler: &LdaScheduling) -> Option<u64> {
-        scheduler.data_digest()
+        scheduler.data_digest
     }
 
     fn worker_digest(worker: &RingHalf<LdaApp, LdaWorkerApp>) -> Option<u64> {
@@ -373,13 +362,13 @@ impl StradsJob for LdaApp {
             &job.synthetic,
         )?;
         let layout = LdaLayout::new(&corpus, shape.workers);
-        let heldout = LdaHeldout::of(job, corpus.vocab_size)?;
+        let mut half = LdaScheduling::new(&corpus, &layout, job, shape.workers);
+        half.heldout = LdaHeldout::of(job, corpus.vocab_size)?;
         // A file: every value, as each worker's first pass digests it; a synthetic corpus
         // (drawn from the settings): its statistics.
         let digest = read.unwrap_or_else(|| petrel_ml::data::CorpusStats::of(&corpus).digest());
-        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers)
-            .with_heldout(heldout)
-            .with_data_digest(digest))
+        half.data_digest = Some(digest);
+        Ok(half)
     }
 
     fn worker(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::app::{Schedule, Step, decode_state, encode_state};
 use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
 use crate::kit::encoded_len;
@@ -106,10 +106,12 @@ pub struct LdaScheduling {
     iterations: usize,
     /// The words (when a vocabulary was read), for `topics.txt`.
     pub(super) vocab: Option<Vec<String>>,
-    /// The test set scored at the end of every pass (with `test_data`).
-    heldout: Option<LdaHeldout>,
-    /// The digest of the corpus it was built from (`CorpusStats::digest`).
-    data_digest: Option<u64>,
+    /// The test set scored at the end of every pass (with `test_data`; the workers then
+    /// send block snapshots: [`LdaWorkerApp::with_snapshots`](super::LdaWorkerApp::with_snapshots)).
+    pub(super) heldout: Option<LdaHeldout>,
+    /// The digest of the corpus it was built from (`CorpusStats::digest`), compared with
+    /// the workers' before the first round.
+    pub(super) data_digest: Option<u64>,
 }
 
 impl LdaScheduling {
@@ -152,25 +154,6 @@ impl LdaScheduling {
             heldout: None,
             data_digest: None,
         }
-    }
-
-    /// This half with the digest of the corpus it was built from (compared with the
-    /// workers' before the first round).
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
-
-    /// The digest of [`Self::with_data_digest`].
-    pub fn data_digest(&self) -> Option<u64> {
-        self.data_digest
-    }
-
-    /// Scores `heldout` at the end of every pass (the workers must send block snapshots:
-    /// [`LdaWorkerApp::with_snapshots`](super::LdaWorkerApp::with_snapshots)).
-    pub fn with_heldout(mut self, heldout: Option<LdaHeldout>) -> Self {
-        self.heldout = heldout;
-        self
     }
 
     /// Held-out figures by pass (0 = the random initial assignments).
@@ -222,42 +205,30 @@ impl Schedule<LdaApp> for LdaScheduling {
         if in_flight > 0 {
             return Step::Wait;
         }
-        let p = self.schedule.p;
         if self.s.pass > self.iterations {
             if self.collected {
                 return Step::Done;
             }
             // Every rotation has P sub-rounds, so the blocks are back where they started.
-            return Step::Run(Plan::PerWorker(
-                (0..p)
-                    .map(|w| LdaTask::Collect {
-                        block: self.schedule.block_held(w, 0),
-                    })
-                    .collect(),
-            ));
+            return self.schedule.plan(0, |_, block| LdaTask::Collect { block });
         }
-        let report = self.s.t + 1 == p;
-        Step::Run(Plan::PerWorker(
-            (0..p)
-                .map(|w| {
-                    let block = self.schedule.block_held(w, self.s.t);
-                    let pass_to = self.schedule.next_holder(w) as u32;
-                    if self.s.pass == 0 {
-                        LdaTask::Init {
-                            block,
-                            pass_to,
-                            report,
-                        }
-                    } else {
-                        LdaTask::Sample {
-                            block,
-                            pass_to,
-                            report,
-                        }
-                    }
-                })
-                .collect(),
-        ))
+        let report = self.s.t + 1 == self.schedule.p;
+        self.schedule.plan(self.s.t, |w, block| {
+            let pass_to = self.schedule.next_holder(w) as u32;
+            if self.s.pass == 0 {
+                LdaTask::Init {
+                    block,
+                    pass_to,
+                    report,
+                }
+            } else {
+                LdaTask::Sample {
+                    block,
+                    pass_to,
+                    report,
+                }
+            }
+        })
     }
 
     fn pull(
@@ -272,18 +243,12 @@ impl Schedule<LdaApp> for LdaScheduling {
             let mut block_bytes = 0u64;
             self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
             for (w, partial) in partials.into_iter().enumerate() {
-                let expected = self.schedule.block_held(w, 0);
                 let LdaPartial::Collected(block) = partial else {
                     return Err(StradsModelError::protocol(format!(
                         "worker {w} answered collect with a visit"
                     )));
                 };
-                if block.block != expected {
-                    return Err(StradsModelError::protocol(format!(
-                        "worker {w} returned block {} instead of {expected}",
-                        block.block
-                    )));
-                }
+                let expected = self.schedule.check_block(w, 0, block.block, "returned")?;
                 block_bytes += encoded_len(&block);
                 self.blocks[expected] = Some(block);
             }
@@ -296,7 +261,6 @@ impl Schedule<LdaApp> for LdaScheduling {
         let mut reported = 0;
         let mut snapshots = Vec::new();
         for (w, partial) in partials.into_iter().enumerate() {
-            let expected = self.schedule.block_held(w, self.s.t);
             let LdaPartial::Visited {
                 block,
                 totals,
@@ -310,11 +274,7 @@ impl Schedule<LdaApp> for LdaScheduling {
                     "worker {w} answered a visit with its block"
                 )));
             };
-            if block != expected {
-                return Err(StradsModelError::protocol(format!(
-                    "worker {w} visited block {block} instead of {expected}"
-                )));
-            }
+            let expected = self.schedule.check_block(w, self.s.t, block, "visited")?;
             if totals.deltas.len() != self.s.topic_totals.len() {
                 return Err(StradsModelError::DimensionMismatch(format!(
                     "worker {w}: {} topic deltas",

@@ -6,7 +6,6 @@ use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
-use petrel_ml::data::Corpus;
 use petrel_ml::topic::LdaConfig;
 
 /// Worker half.
@@ -21,16 +20,6 @@ pub struct LdaWorkerApp {
 }
 
 impl LdaWorkerApp {
-    /// Worker `index`'s documents of `corpus` under `layout`.
-    pub fn new(
-        index: usize,
-        corpus: &Corpus,
-        layout: &LdaLayout,
-        config: &LdaConfig,
-    ) -> Result<Self, StradsModelError> {
-        Self::with_docs(index, layout.docs.docs_of(corpus, index), layout, config)
-    }
-
     /// The worker of its own documents `(global id, tokens)` (a [`CorpusShare`]'s), without
     /// the rest of the corpus.
     ///
@@ -71,13 +60,7 @@ pub fn initial_ring_blocks(index: usize, layout: &LdaLayout) -> Vec<(BlockId, Wo
     let schedule = RotationSchedule {
         p: layout.vocabulary.block_words.len(),
     };
-    layout
-        .vocabulary
-        .empty_blocks()
-        .into_iter()
-        .filter(|b| schedule.holder(b.block, 0) == index)
-        .map(|b| (b.block as BlockId, b))
-        .collect()
+    schedule.held_at_start(index, layout.vocabulary.empty_blocks(), |b| b.block)
 }
 
 impl RingPush<LdaApp> for LdaWorkerApp {

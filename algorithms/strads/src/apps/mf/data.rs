@@ -220,7 +220,7 @@ impl StradsMfSettings {
     }
 
     /// The `test_data` file's ratings in the training matrix's indices.
-    fn held_out(&self, shape: &Ratings, path: &Path) -> Result<Ratings, StradsError> {
+    pub(super) fn held_out(&self, shape: &Ratings, path: &Path) -> Result<Ratings, StradsError> {
         let (test, left_out) = shape.held_out_from(path)?;
         if left_out > 0 {
             tracing::debug!(

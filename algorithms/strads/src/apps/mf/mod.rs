@@ -165,13 +165,7 @@ impl StradsMfSettings {
         }
         match &self.test_data {
             Some(path) => {
-                let (test, left_out) = all.held_out_from(path)?;
-                if left_out > 0 {
-                    tracing::debug!(
-                        left_out,
-                        "held-out pairs without a training rating for their user or item"
-                    );
-                }
+                let test = self.held_out(&all, path)?;
                 Ok((all, test))
             }
             None => Ok(all.into_train_test_split(self.test_fraction, self.seed)?),
@@ -424,9 +418,8 @@ impl StradsJob for MfApp {
 
     fn scheduler(job: &StradsMfSettings, shape: &JobShape) -> Result<MfScheduling, StradsError> {
         let (summary, test) = job.summary_and_test()?;
-        let mut scheduling = MfScheduling::from_summary(shape.workers, &summary, test, job);
-        scheduling.set_global_mean(summary.mean);
-        Ok(scheduling)
+        let half = MfScheduling::from_summary(shape.workers, &summary, test, job);
+        Ok(half)
     }
 
     /// Keeps only its users' ratings ([`StradsMfSettings::visit_split`]).

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfSettings};
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::app::{Schedule, Step, decode_state, encode_state};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
 use crate::kit::encoded_len;
 use ndarray::Array2;
@@ -149,8 +149,9 @@ impl MfScheduling {
         Self::with_shape(partition.n_buckets, shape, test.clone(), job)
     }
 
-    /// The rotation over `workers` buckets for the ratings `summary` describes, keeping
-    /// `test` (moved) for the final test RMSE: all the scheduler holds of the ratings.
+    /// The rotation over `workers` buckets for the ratings `summary` describes (and the
+    /// mean taken off them), keeping `test` (moved) for the final test RMSE: all the
+    /// scheduler holds of the ratings.
     pub fn from_summary(
         workers: usize,
         summary: &MfRatingsSummary,
@@ -165,6 +166,7 @@ impl MfScheduling {
         };
         let mut scheduling = Self::with_shape(workers.max(1), shape, test, job);
         scheduling.data_digest = Some(summary.digest());
+        scheduling.s.metrics.global_mean = summary.mean;
         scheduling
     }
 
@@ -217,11 +219,6 @@ impl MfScheduling {
     /// Records the bytes the scheduler node moved during the run.
     pub fn set_scheduler_bytes(&mut self, bytes: u64) {
         self.s.metrics.scheduler_bytes = bytes;
-    }
-
-    /// Records the mean taken off the ratings (`global_mean`).
-    pub fn set_global_mean(&mut self, mean: f32) {
-        self.s.metrics.global_mean = mean;
     }
 
     /// The metrics so far.
@@ -305,31 +302,20 @@ impl Schedule<MfApp> for MfScheduling {
             // Every sub-round needs the blocks of the previous one (and its commit).
             return Step::Wait;
         }
-        let p = self.schedule.p;
         match self.s.stage {
             Stage::Rotate { phase, k, t } => {
-                let last = t + 1 == p;
-                Step::Run(Plan::PerWorker(
-                    (0..p)
-                        .map(|w| MfTask::Visit {
-                            phase,
-                            k,
-                            block: self.schedule.block_held(w, t),
-                            pass_to: self.schedule.next_holder(w) as u32,
-                            report: last && phase != Phase::H,
-                            finalize_h: last && phase == Phase::H,
-                        })
-                        .collect(),
-                ))
+                let last = t + 1 == self.schedule.p;
+                self.schedule.plan(t, |w, block| MfTask::Visit {
+                    phase,
+                    k,
+                    block,
+                    pass_to: self.schedule.next_holder(w) as u32,
+                    report: last && phase != Phase::H,
+                    finalize_h: last && phase == Phase::H,
+                })
             }
             // Every rotation has P sub-rounds, so the blocks are back where they started.
-            Stage::Collect => Step::Run(Plan::PerWorker(
-                (0..p)
-                    .map(|w| MfTask::Collect {
-                        block: self.schedule.block_held(w, 0),
-                    })
-                    .collect(),
-            )),
+            Stage::Collect => self.schedule.plan(0, |_, block| MfTask::Collect { block }),
             Stage::Finished => Step::Done,
         }
     }
@@ -360,12 +346,7 @@ impl Schedule<MfApp> for MfScheduling {
                             "worker {w} answered a visit with factors"
                         )));
                     };
-                    let expected = self.schedule.block_held(w, t);
-                    if block != expected {
-                        return Err(StradsModelError::protocol(format!(
-                            "worker {w} visited block {block} instead of {expected}"
-                        )));
-                    }
+                    self.schedule.check_block(w, t, block, "visited")?;
                     if let Some((s, c)) = squared_error {
                         sq += s;
                         n += c;
@@ -435,11 +416,13 @@ impl Schedule<MfApp> for MfScheduling {
                             }
                         }
                     }
-                    let expected = self.schedule.block_held(worker, 0);
-                    if block.block != expected || block.rank != self.rank {
+                    let expected = self
+                        .schedule
+                        .check_block(worker, 0, block.block, "returned")?;
+                    if block.rank != self.rank {
                         return Err(StradsModelError::protocol(format!(
-                            "worker {worker} returned block {} instead of {expected}",
-                            block.block
+                            "worker {worker} returned block {expected} of rank {}",
+                            block.rank
                         )));
                     }
                     block_bytes += encoded_len(&block);

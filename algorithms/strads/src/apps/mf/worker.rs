@@ -136,11 +136,7 @@ pub fn initial_ring_blocks(
     let schedule = RotationSchedule {
         p: partition.n_buckets,
     };
-    initial_blocks(partition, layout)
-        .into_iter()
-        .filter(|b| schedule.holder(b.block, 0) == index)
-        .map(|b| (b.block as BlockId, b))
-        .collect()
+    schedule.held_at_start(index, initial_blocks(partition, layout), |b| b.block)
 }
 
 impl RingPush<MfApp> for MfWorkerApp {

@@ -80,21 +80,13 @@ pub enum GsPartial {
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
-    /// Answer to [`GsTask::CertifyThenSweep`].
+    /// Answer to [`GsTask::CertifyThenSweep`] and [`GsTask::SweepThenCertify`].
     CertifiedAndSwept {
-        /// Its share of the certificate of the state before the sweep.
+        /// Its share of the certificate of the state before the sweep (or after it, for
+        /// `SweepThenCertify`).
         certificate: Certificate,
         /// The sweep's changes (as in [`GsPartial::Swept`]).
         result: SweepResult,
-        /// The worker's compute so far.
-        busy: WorkerBusy,
-    },
-    /// Answer to [`GsTask::SweepThenCertify`].
-    SweptThenCertified {
-        /// The sweep's changes.
-        result: SweepResult,
-        /// The certificate of the state after the sweep.
-        certificate: Certificate,
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
@@ -106,15 +98,14 @@ impl GsPartial {
         match self {
             GsPartial::Swept { busy, .. }
             | GsPartial::Certified { busy, .. }
-            | GsPartial::CertifiedAndSwept { busy, .. }
-            | GsPartial::SweptThenCertified { busy, .. } => *busy,
+            | GsPartial::CertifiedAndSwept { busy, .. } => *busy,
         }
     }
 }
 
-/// Every worker's step weight (none after a certification round) and, with several
-/// workers, the weighted sum of their residual deltas.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Every worker's step weight (none after a certification round: the default) and, with
+/// several workers, the weighted sum of their residual deltas.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GsCommit {
     /// `w_p` by worker.
     pub weights: Vec<f64>,
@@ -248,9 +239,9 @@ impl Push<LassoGsApp> for GsWorker {
                 let certificate = self.core.certify();
                 self.busy.eval_s += swept.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
-                GsPartial::SweptThenCertified {
-                    result,
+                GsPartial::CertifiedAndSwept {
                     certificate,
+                    result,
                     busy: self.busy,
                 }
             }
@@ -336,11 +327,7 @@ impl StradsJob for LassoGsApp {
         let digest = share.digest();
         let lambda = f64::from(job.lambda_from_max(share.lambda_max));
         let shared = shape.workers > 1;
-        let core = if job.fit_intercept {
-            GsWorkerCore::centred(share.x, share.y, lambda, shared)?
-        } else {
-            GsWorkerCore::new(share.x, share.y, lambda, shared)?
-        };
+        let core = GsWorkerCore::build(share.x, share.y, lambda, shared, job.fit_intercept)?;
         let mut worker = GsWorker::new(core, index);
         worker.data_digest = Some(digest);
         Ok(StarHalf(worker))

@@ -3,6 +3,7 @@
 //! certification, active-set sweeps), the step weights that combine the workers' sweeps,
 //! the objective, the stop rules and the metrics, all reading and advancing one `GsState`.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use super::{GsCombined, GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges_o
 use crate::apps::lasso::config::{DesignShape, LassoSettings, NS_PER_NONZERO};
 use crate::apps::lasso::heldout::LinearHeldout;
 use crate::apps::lasso::metrics::{
-    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, peak_rss_mb,
+    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, peak_rss_mb,
 };
 use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
@@ -87,7 +88,7 @@ pub struct GsScheduling {
     chunks: Vec<usize>,
     heldout: Option<LinearHeldout>,
     s: GsState,
-    in_flight: Option<(u64, RoundKind)>,
+    in_flight: VecDeque<(u64, RoundKind)>,
     /// The digest of the data it loaded ([`super::super::config::ColumnShare::digest`]).
     pub(super) data_digest: Option<u64>,
 }
@@ -168,7 +169,7 @@ impl GsScheduling {
             ranges,
             chunks,
             heldout,
-            in_flight: None,
+            in_flight: VecDeque::new(),
             data_digest: None,
         };
         // The starting point (b = 0, r = y), certified from what every node knows: what
@@ -238,18 +239,20 @@ impl GsScheduling {
             .flatten()
     }
 
-    fn certify(&mut self, round: u64) -> Step<GsTask> {
-        self.in_flight = Some((round, RoundKind::Certify));
+    /// Dispatches `plan` as round `round` of kind `kind`.
+    fn dispatch(&mut self, round: u64, kind: RoundKind, plan: Plan<GsTask>) -> Step<GsTask> {
+        self.in_flight.push_back((round, kind));
         self.s.rounds += 1;
-        Step::Run(Plan::All(GsTask::Certify))
+        Step::Run(plan)
+    }
+
+    fn certify(&mut self, round: u64) -> Step<GsTask> {
+        self.dispatch(round, RoundKind::Certify, Plan::All(GsTask::Certify))
     }
 
     fn sweep(&mut self, round: u64, kind: RoundKind, orders: Vec<SweepOrder>) -> Step<GsTask> {
-        self.in_flight = Some((round, kind));
-        self.s.rounds += 1;
-        Step::Run(Plan::PerWorker(
-            orders.into_iter().map(GsTask::Sweep).collect(),
-        ))
+        let tasks = orders.into_iter().map(GsTask::Sweep).collect();
+        self.dispatch(round, kind, Plan::PerWorker(tasks))
     }
 
     fn full_sweep_chunk(&mut self, round: u64) -> Step<GsTask> {
@@ -276,9 +279,8 @@ impl GsScheduling {
             if let [order] = orders.as_slice() {
                 // One worker commits its sweep as it is, so it certifies the state it
                 // left in the same round: a round less per full sweep.
-                self.in_flight = Some((round, RoundKind::ChunkCertify));
-                self.s.rounds += 1;
-                return Step::Run(Plan::All(GsTask::SweepThenCertify(order.clone())));
+                let task = GsTask::SweepThenCertify(order.clone());
+                return self.dispatch(round, RoundKind::ChunkCertify, Plan::All(task));
             }
         }
         self.sweep(round, RoundKind::Chunk, orders)
@@ -305,8 +307,6 @@ impl GsScheduling {
     /// first sweep of the active set taken afresh (at most the round's passes; its settle
     /// threshold needs the certificate's gap, so this one passes until nothing moves).
     fn certify_then_sweep(&mut self, round: u64) -> Step<GsTask> {
-        self.in_flight = Some((round, RoundKind::CertifyActive));
-        self.s.rounds += 1;
         let order = SweepOrder {
             coords: Coords::Active { fresh: true },
             max_passes: self.active_passes_per_round(),
@@ -314,7 +314,8 @@ impl GsScheduling {
             target: None,
             decrease: self.share_of_target(),
         };
-        Step::Run(Plan::All(GsTask::CertifyThenSweep(order)))
+        let task = GsTask::CertifyThenSweep(order);
+        self.dispatch(round, RoundKind::CertifyActive, Plan::All(task))
     }
 
     fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
@@ -357,12 +358,12 @@ impl GsScheduling {
     }
 
     fn reached_target(&mut self, objective: f64, elapsed: Duration) {
-        if let Some(target) = self.job.target_objective
-            && objective <= target
-            && self.s.metrics.target_updates.is_none()
+        let (target, updates, at) = (self.job.target_objective, self.s.updates, elapsed);
+        if self
+            .s
+            .metrics
+            .reach_target(target, objective, updates, at.as_secs_f64())
         {
-            self.s.metrics.target_updates = Some(self.s.updates);
-            self.s.metrics.target_s = Some(elapsed.as_secs_f64());
             self.stop();
         }
     }
@@ -543,16 +544,15 @@ impl GsScheduling {
             .as_ref()
             .map(|h| h.figures_of_solver(&self.s.coefficients))
             .unwrap_or_default();
-        let eval = Evaluation {
-            round,
-            updates: self.s.updates,
-            elapsed_s: elapsed.as_secs_f64(),
+        let numbers = EvalNumbers {
             objective,
             kkt_violation: kkt,
             duality_gap: gap,
+            l1: c.l1,
             nonzeros: nonzeros as usize,
-            heldout,
         };
+        let (updates, elapsed_s) = (self.s.updates, elapsed.as_secs_f64());
+        let eval = Evaluation::of(round, updates, elapsed_s, &numbers, heldout);
         self.s
             .metrics
             .record_evaluation(eval, "lasso gauss-seidel certificate");
@@ -575,24 +575,7 @@ impl GsScheduling {
         partials: Vec<GsPartial>,
         elapsed: Duration,
     ) -> Result<GsCommit, StradsModelError> {
-        let mut certified = Vec::with_capacity(partials.len());
-        let mut swept = Vec::with_capacity(partials.len());
-        let mut discarded = 0u64;
-        for p in partials {
-            let GsPartial::CertifiedAndSwept {
-                certificate,
-                result,
-                busy,
-            } = p
-            else {
-                return Err(StradsModelError::protocol(format!(
-                    "round {round}: expected a certificate and a sweep"
-                )));
-            };
-            discarded += result.updates;
-            certified.push(GsPartial::Certified { certificate, busy });
-            swept.push(GsPartial::Swept { result, busy });
-        }
+        let (certified, swept, discarded) = split_answers(round, partials)?;
         self.pull_certify(round, certified, elapsed)?;
         if !self.s.stopping && self.s.phase == (Phase::Active { fresh: true }) {
             self.s.phase = Phase::Active { fresh: false };
@@ -614,30 +597,15 @@ impl GsScheduling {
         partials: Vec<GsPartial>,
         elapsed: Duration,
     ) -> Result<GsCommit, StradsModelError> {
-        let [
-            GsPartial::SweptThenCertified {
-                result,
-                certificate,
-                busy,
-            },
-        ] = <[GsPartial; 1]>::try_from(partials).map_err(|p| {
-            StradsModelError::protocol(format!(
-                "round {round}: {} answers to a lone worker's sweep and certification",
-                p.len()
-            ))
-        })?
-        else {
+        if partials.len() != 1 {
             return Err(StradsModelError::protocol(format!(
-                "round {round}: expected a sweep and its certificate"
+                "round {round}: {} answers to a lone worker's sweep and certification",
+                partials.len()
             )));
-        };
-        let swept = GsPartial::Swept { result, busy };
-        let commit = self.pull_sweep(round, RoundKind::Chunk, vec![swept], elapsed)?;
-        self.pull_certify(
-            round,
-            vec![GsPartial::Certified { certificate, busy }],
-            elapsed,
-        )?;
+        }
+        let (certified, swept, _) = split_answers(round, partials)?;
+        let commit = self.pull_sweep(round, RoundKind::Chunk, swept, elapsed)?;
+        self.pull_certify(round, certified, elapsed)?;
         Ok(commit)
     }
 
@@ -704,11 +672,35 @@ impl GsScheduling {
         profile.scheduler_peak_rss_mb = peak_rss_mb();
         profile.eval_pull_s += started.elapsed().as_secs_f64();
         absorb_busy(profile, slowest);
-        Ok(GsCommit {
-            weights: Vec::new(),
-            combined: None,
-        })
+        Ok(GsCommit::default())
     }
+}
+
+/// Answers that carry a certificate and a sweep, as the answers to a certification and to
+/// a sweep, with the sweeps' updates.
+fn split_answers(
+    round: u64,
+    partials: Vec<GsPartial>,
+) -> Result<(Vec<GsPartial>, Vec<GsPartial>, u64), StradsModelError> {
+    let mut certified = Vec::with_capacity(partials.len());
+    let mut swept = Vec::with_capacity(partials.len());
+    let mut updates = 0u64;
+    for p in partials {
+        let GsPartial::CertifiedAndSwept {
+            certificate,
+            result,
+            busy,
+        } = p
+        else {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: expected a certificate and a sweep"
+            )));
+        };
+        updates += result.updates;
+        certified.push(GsPartial::Certified { certificate, busy });
+        swept.push(GsPartial::Swept { result, busy });
+    }
+    Ok((certified, swept, updates))
 }
 
 /// Columns worker `range` sweeps per round in a full sweep: `gs_chunk`, else (one worker)
@@ -772,19 +764,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
         partials: Vec<GsPartial>,
         elapsed: Duration,
     ) -> Result<GsCommit, StradsModelError> {
-        let kind = match self.in_flight.take() {
-            Some((r, kind)) if r == round => kind,
-            Some((r, _)) => {
-                return Err(StradsModelError::protocol(format!(
-                    "pull of round {round}, expected {r}"
-                )));
-            }
-            None => {
-                return Err(StradsModelError::protocol(format!(
-                    "pull of round {round} with nothing in flight"
-                )));
-            }
-        };
+        let kind = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         self.s.metrics.rounds = round + 1;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
         let slowest_compute = self.slowest_round_compute(&partials);
@@ -806,7 +786,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
     }
 
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        if self.in_flight.is_some() {
+        if !self.in_flight.is_empty() {
             return Err(StradsModelError::protocol(
                 "checkpoint with a round in flight",
             ));
@@ -829,7 +809,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
             )));
         }
         self.s = s;
-        self.in_flight = None;
+        self.in_flight.clear();
         Ok(())
     }
 }

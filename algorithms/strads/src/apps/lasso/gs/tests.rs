@@ -418,7 +418,7 @@ fn a_worker_that_shares_the_residual_refuses_to_certify_its_own_sweep() {
     assert!(err.to_string().contains("lone worker"), "{err}");
     let alone = GsWorkerCore::new(x, y, 0.1, false).unwrap();
     let answer = GsWorker::new(alone, 0).push(0, &task).unwrap();
-    assert!(matches!(answer, GsPartial::SweptThenCertified { .. }));
+    assert!(matches!(answer, GsPartial::CertifiedAndSwept { .. }));
 }
 
 /// Runs a Gauss-Seidel job with both halves in this thread and no actors, in the message

@@ -128,78 +128,19 @@ pub enum MultiSchedulerError {
     /// Checkpoints were asked for with several schedulers.
     #[error("checkpoint_dir / resume: checkpoints are implemented for one scheduler only")]
     CheckpointUnsupported,
-    /// A report came from a scheduler that is not a follower.
-    #[error("report from scheduler {scheduler}: followers are 1..{schedulers}")]
-    NotAFollower {
-        /// The reporting index.
-        scheduler: usize,
-        /// Schedulers in the job.
-        schedulers: usize,
-    },
-    /// A report for another epoch.
-    #[error("scheduler {scheduler} reports epoch {reported} during epoch {current}")]
-    WrongEpoch {
-        /// The reporting scheduler.
-        scheduler: usize,
-        /// The epoch it reported.
-        reported: u64,
-        /// The lead's epoch.
-        current: u64,
-    },
-    /// Two reports from one scheduler in one epoch.
-    #[error("scheduler {scheduler} reported twice in epoch {epoch}")]
-    ReportedTwice {
-        /// The reporting scheduler.
-        scheduler: usize,
-        /// The epoch.
-        epoch: u64,
-    },
-    /// A report whose coefficients do not fit its columns.
-    #[error("scheduler {scheduler}: {what}")]
-    BadReport {
-        /// The reporting scheduler.
-        scheduler: usize,
-        /// What is wrong.
-        what: String,
-    },
-    /// A follower's report did not come in time.
-    #[error("no report from the other schedulers within {wait:?} (epoch {epoch})")]
-    ReportTimeout {
-        /// How long the lead waited.
-        wait: std::time::Duration,
-        /// The epoch.
-        epoch: u64,
-    },
-    /// The lead's report channel closed.
-    #[error("report channel closed")]
-    ReportChannelClosed,
-    /// The evaluation round gave no result.
-    #[error("the evaluation round produced no result")]
-    NoEvaluation,
-    /// A follower could not reach the lead.
-    #[error("synchronising with the lead on {lead}: {reason}")]
-    LeadUnreachable {
-        /// The lead's node.
-        lead: String,
-        /// The ask's error.
-        reason: String,
-    },
-    /// The lead answered for another epoch.
-    #[error("lead answered epoch {answered} for {epoch}")]
-    WrongDecision {
-        /// The epoch answered.
-        answered: u64,
-        /// The follower's epoch.
-        epoch: u64,
-    },
-    /// A scheduler index without a column range.
-    #[error("scheduler index {index} out of range (schedulers = {schedulers})")]
-    NoSuchScheduler {
-        /// The index.
-        index: usize,
-        /// Schedulers in the job.
-        schedulers: usize,
-    },
+    /// The schedulers' synchronisation broke down: a report or decision that does not fit
+    /// the epoch, a peer that stopped or did not answer in time.
+    #[error("{0}")]
+    Sync(String),
+}
+
+/// `schedulers` is within `1..=MAX_SCHEDULERS`.
+fn check_count(schedulers: usize) -> Result<(), MultiSchedulerError> {
+    match schedulers {
+        0 => Err(MultiSchedulerError::NoSchedulers),
+        s if s > MAX_SCHEDULERS => Err(MultiSchedulerError::AboveMax { schedulers }),
+        _ => Ok(()),
+    }
 }
 
 /// Which node runs each scheduler index, from every node's `(name, roles)`: exactly one node
@@ -208,12 +149,7 @@ pub fn assign_schedulers(
     nodes: &[(String, Vec<String>)],
     schedulers: usize,
 ) -> Result<Vec<String>, MultiSchedulerError> {
-    if schedulers == 0 {
-        return Err(MultiSchedulerError::NoSchedulers);
-    }
-    if schedulers > MAX_SCHEDULERS {
-        return Err(MultiSchedulerError::AboveMax { schedulers });
-    }
+    check_count(schedulers)?;
     let mut owner: Vec<Option<String>> = vec![None; schedulers];
     for (node, roles) in nodes {
         for role in roles {
@@ -263,13 +199,12 @@ pub(super) fn build_schedulers(
     let apps = indices
         .iter()
         .map(|&s| {
-            let range = ranges
-                .get(s)
-                .cloned()
-                .ok_or(MultiSchedulerError::NoSuchScheduler {
-                    index: s,
-                    schedulers: job.schedulers,
-                })?;
+            let range = ranges.get(s).cloned().ok_or_else(|| {
+                MultiSchedulerError::Sync(format!(
+                    "scheduler index {s} out of range (schedulers = {})",
+                    job.schedulers
+                ))
+            })?;
             SliceScheduling::new(x, y, job, workers, s, range, lambda)
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -1,7 +1,7 @@
 //! The partition of the coefficients over the schedulers: contiguous column ranges of
 //! about equal weight (see the module docs of [`super`]).
 
-use super::{MAX_SCHEDULERS, MultiSchedulerError};
+use super::MultiSchedulerError;
 use petrel_ml::data::SparseColumns;
 use std::ops::Range;
 
@@ -44,12 +44,7 @@ where
     let (d, total) = weights
         .clone()
         .fold((0usize, 0u128), |(d, t), w| (d + 1, t + u128::from(w)));
-    if schedulers == 0 {
-        return Err(MultiSchedulerError::NoSchedulers);
-    }
-    if schedulers > MAX_SCHEDULERS {
-        return Err(MultiSchedulerError::AboveMax { schedulers });
-    }
+    super::check_count(schedulers)?;
     if schedulers > d {
         return Err(MultiSchedulerError::TooManySchedulers {
             schedulers,

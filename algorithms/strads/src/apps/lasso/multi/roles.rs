@@ -1,11 +1,10 @@
 //! The actor side of a multi-scheduler job: the scheduler roles, the lead's report inbox
 //! and the lead's and followers' epoch loops around [`run_scheduler_from`].
 
-use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::slice::SliceScheduling;
-use super::sync::{LeadBook, LeadStart, SyncDecision, SyncReport, lead_start};
+use super::sync::{LeadBook, SyncDecision, SyncReport, lead_start};
 use super::{MultiSchedulerError, assign_schedulers, build_schedulers};
 use crate::apps::lasso::WORKER_ROLE;
 use crate::apps::lasso::config::LassoSettings;
@@ -122,33 +121,25 @@ async fn run_node_schedulers(
             "lasso scheduler ready"
         );
     }
-    let inbox = if mine.contains(&0) {
+    let mut lead = if mine.contains(&0) {
         let (tx, rx) = mpsc::unbounded();
         let addr = SyncInbox { tx }.start();
         ctx.node.register(SYNC_ACTOR, addr)?.accept::<SyncReport>();
-        Some(rx)
+        let (heldout, zero) = start;
+        let book = LeadBook::new(ranges, &job, n_workers, n_samples, heldout, zero);
+        Some((rx, book))
     } else {
         None
     };
     ctx.barrier(&ready_barrier::<LassoApp>()).await?;
-    let set = WorkerSet::<LassoApp>::resolve(&ctx.node, &workers, WORKER_ROLE)?;
-    let mut inbox = inbox;
-    let mut start = Some(start);
-    let set = &set;
+    let set = &WorkerSet::<LassoApp>::resolve(&ctx.node, &workers, WORKER_ROLE)?;
     let runs = apps.into_iter().map(|app| {
-        let job = job.clone();
-        let ctx = ctx.clone();
-        let lead_node = owners[0].clone();
-        let rx = if app.index() == 0 { inbox.take() } else { None };
-        let start = if app.index() == 0 { start.take() } else { None };
-        let ranges = ranges.clone();
+        let (job, ctx, lead_node) = (job.clone(), ctx.clone(), owners[0].clone());
+        let lead = if app.index() == 0 { lead.take() } else { None };
         async move {
             let s = app.index();
-            let r = match rx {
-                Some(rx) => {
-                    let book = (ranges, n_workers, n_samples, start.unwrap_or((None, None)));
-                    lead_loop(app, set, job, rx, book).await
-                }
+            let r = match lead {
+                Some((rx, book)) => lead_loop(app, set, job, rx, book).await,
                 None => follower_loop(app, set, job, &ctx, &lead_node).await,
             };
             if let Err(e) = &r {
@@ -176,13 +167,11 @@ async fn lead_loop(
     set: &WorkerSet<LassoApp>,
     job: LassoSettings,
     mut rx: mpsc::UnboundedReceiver<(SyncReport, oneshot::Sender<SyncDecision>)>,
-    (ranges, workers, n_samples, start): (Vec<Range<usize>>, usize, usize, LeadStart),
+    mut book: LeadBook,
 ) -> Result<(), StradsError> {
     let opts = options(&job, 0);
     let started = Instant::now();
     let wait = sync_timeout(&job);
-    let (heldout, zero) = start;
-    let mut book = LeadBook::new(ranges, &job, workers, n_samples, heldout, zero);
     let mut next = 0u64;
     loop {
         app.begin_segment();
@@ -193,8 +182,12 @@ async fn lead_loop(
             let epoch = book.core.epoch();
             let got = tokio::time::timeout(wait, rx.next())
                 .await
-                .map_err(|_| MultiSchedulerError::ReportTimeout { wait, epoch })?
-                .ok_or(MultiSchedulerError::ReportChannelClosed)?;
+                .map_err(|_| {
+                    MultiSchedulerError::Sync(format!(
+                        "no report from the other schedulers within {wait:?} (epoch {epoch})"
+                    ))
+                })?
+                .ok_or_else(|| MultiSchedulerError::Sync("report channel closed".into()))?;
             let (report, reply) = got;
             book.core.add(report)?;
             replies.push(reply);
@@ -245,16 +238,15 @@ async fn follower_loop(
         let d = lead
             .ask(app.report(epoch), Priority::NORMAL, wait)
             .await
-            .map_err(|e| MultiSchedulerError::LeadUnreachable {
-                lead: lead_node.to_string(),
-                reason: e.to_string(),
+            .map_err(|e| {
+                MultiSchedulerError::Sync(format!(
+                    "synchronising with the lead on {lead_node}: {e}"
+                ))
             })?;
         if d.epoch != epoch {
-            return Err(MultiSchedulerError::WrongDecision {
-                answered: d.epoch,
-                epoch,
-            }
-            .into());
+            let answered = d.epoch;
+            let e = format!("lead answered epoch {answered} for {epoch}");
+            return Err(MultiSchedulerError::Sync(e).into());
         }
         app.apply_decision(&d);
         if d.stop {

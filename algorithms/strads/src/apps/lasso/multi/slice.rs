@@ -125,10 +125,6 @@ impl SliceScheduling {
         self.range.clone()
     }
 
-    pub(super) fn is_lead(&self) -> bool {
-        self.index == 0
-    }
-
     /// Starts an epoch of update rounds.
     pub fn begin_segment(&mut self) {
         self.phase = Phase::Updates;
@@ -283,7 +279,7 @@ impl Schedule<LassoApp> for SliceScheduling {
                     if in_flight > 0 {
                         return Step::Wait;
                     }
-                    if self.is_lead() {
+                    if self.index == 0 {
                         self.phase = Phase::Idle;
                         return Step::Done;
                     }
@@ -343,7 +339,7 @@ impl Schedule<LassoApp> for SliceScheduling {
             // Keep the local per-commit bookkeeping aligned with the workers' count of
             // this scheduler's commits.
             self.inner.after_commit();
-            return Ok(LassoCommit::empty());
+            return Ok(LassoCommit::default());
         }
         let traced = self.inner.s.metrics.objective.len();
         let mut commit = self.inner.pull(round, partials, elapsed)?;

@@ -117,37 +117,29 @@ impl SyncCore {
     /// Accepts a follower's report for the current epoch.
     pub fn add(&mut self, r: SyncReport) -> Result<(), MultiSchedulerError> {
         let s = r.scheduler as usize;
-        if s == 0 || s >= self.ranges.len() {
-            return Err(MultiSchedulerError::NotAFollower {
-                scheduler: s,
-                schedulers: self.ranges.len(),
-            });
+        let (n, epoch) = (self.ranges.len(), self.epoch);
+        let fail = |what: String| Err(MultiSchedulerError::Sync(what));
+        if s == 0 || s >= n {
+            return fail(format!("report from scheduler {s}: followers are 1..{n}"));
         }
-        if r.epoch != self.epoch {
-            return Err(MultiSchedulerError::WrongEpoch {
-                scheduler: s,
-                reported: r.epoch,
-                current: self.epoch,
-            });
+        if r.epoch != epoch {
+            let reported = r.epoch;
+            return fail(format!(
+                "scheduler {s} reports epoch {reported} during epoch {epoch}"
+            ));
         }
         if self.reports[s].is_some() {
-            return Err(MultiSchedulerError::ReportedTwice {
-                scheduler: s,
-                epoch: self.epoch,
-            });
+            return fail(format!("scheduler {s} reported twice in epoch {epoch}"));
         }
         if r.vars.len() != r.values.len() {
-            return Err(MultiSchedulerError::BadReport {
-                scheduler: s,
-                what: format!("{} vars but {} values", r.vars.len(), r.values.len()),
-            });
+            let (vars, values) = (r.vars.len(), r.values.len());
+            return fail(format!("scheduler {s}: {vars} vars but {values} values"));
         }
         let range = &self.ranges[s];
         if let Some(&bad) = r.vars.iter().find(|&&j| !range.contains(&(j as usize))) {
-            return Err(MultiSchedulerError::BadReport {
-                scheduler: s,
-                what: format!("reports coordinate {bad} outside its columns {range:?}"),
-            });
+            return fail(format!(
+                "scheduler {s}: reports coordinate {bad} outside its columns {range:?}"
+            ));
         }
         self.reports[s] = Some(r);
         Ok(())
@@ -345,16 +337,8 @@ impl LeadBook {
         let mut evaluations = Vec::new();
         if let (Some(h), Some(e)) = (&heldout, start) {
             let zero = vec![0.0f32; ranges.last().map_or(0, |r| r.end)];
-            evaluations.push(Evaluation {
-                round: 0,
-                updates: 0,
-                elapsed_s: 0.0,
-                objective: e.objective,
-                kkt_violation: e.kkt_violation,
-                duality_gap: e.duality_gap,
-                nonzeros: 0,
-                heldout: h.figures(&zero, &Default::default(), 0.0),
-            });
+            let heldout = h.figures(&zero, &Default::default(), 0.0);
+            evaluations.push(Evaluation::of(0, 0, 0.0, &e, heldout));
         }
         LeadBook {
             core: SyncCore::new(ranges),
@@ -378,9 +362,9 @@ impl LeadBook {
         &mut self,
         lead: &mut SliceScheduling,
     ) -> Result<SyncDecision, MultiSchedulerError> {
-        let (round, eval, elapsed) = lead
-            .take_evaluation()
-            .ok_or(MultiSchedulerError::NoEvaluation)?;
+        let (round, eval, elapsed) = lead.take_evaluation().ok_or_else(|| {
+            MultiSchedulerError::Sync("the evaluation round produced no result".into())
+        })?;
         let d = self.core.decide(
             lead.status(),
             &eval,
@@ -397,20 +381,14 @@ impl LeadBook {
             nonzeros = eval.nonzeros,
             "lasso evaluation (all schedulers)"
         );
-        self.evaluations.push(Evaluation {
-            round,
-            updates: d.updates_total,
-            elapsed_s: elapsed.as_secs_f64(),
-            objective: eval.objective,
-            kkt_violation: eval.kkt_violation,
-            duality_gap: eval.duality_gap,
-            nonzeros: eval.nonzeros,
-            heldout: self
-                .heldout
-                .as_ref()
-                .map(|h| h.figures(lead.evaluated_model(), &Default::default(), eval.l1))
-                .unwrap_or_default(),
-        });
+        let heldout = self
+            .heldout
+            .as_ref()
+            .map(|h| h.figures(lead.evaluated_model(), &Default::default(), eval.l1))
+            .unwrap_or_default();
+        let elapsed_s = elapsed.as_secs_f64();
+        let record = Evaluation::of(round, d.updates_total, elapsed_s, &eval, heldout);
+        self.evaluations.push(record);
         lead.apply_decision(&d);
         Ok(d)
     }
