@@ -36,5 +36,6 @@ mod strads_checkpoint;
 mod strads_lasso;
 mod strads_lasso_gs;
 mod strads_multi;
+mod strads_squared_hinge;
 mod train_config;
 mod train_outputs;

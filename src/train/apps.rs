@@ -11,7 +11,7 @@ use petrel_ps::{PsApp, PsLda, PsLdaSettings, PsLr, PsLrSettings, PsMf, PsMfSetti
 use petrel_strads::apps::lasso::multi::MultiSchedulerError;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings};
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
-use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
+use petrel_strads::apps::logistic::{ClassifierLoss, LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use petrel_strads::kit::StradsSettings;
 use petrel_strads::{StradsError, StradsJob};
@@ -375,9 +375,14 @@ impl StradsTrainApp for LogisticApp {
         Ok(petrel_strads::apps::logistic::run_baseline(job)
             .map_err(super::StradsTrainError::from)?)
     }
-    fn summary(_job: &LassoSettings, m: &LogisticMetrics, out: &str) -> String {
+    fn summary(job: &LassoSettings, m: &LogisticMetrics, out: &str) -> String {
+        // The loss is named when it is not the job's default.
+        let loss = match job.loss {
+            Some(loss) if loss != ClassifierLoss::Logistic => format!(" ({} loss)", loss.name()),
+            _ => String::new(),
+        };
         format!(
-            "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {out}",
+            "logistic{loss} {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {out}",
             m.mode,
             m.rounds,
             m.updates,

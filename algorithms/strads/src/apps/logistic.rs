@@ -6,6 +6,12 @@
 //! Without a data file, a synthetic two-class problem is generated: the Lasso's sparse
 //! correlated design labelled by its response's sign, or (dense) a separable one.
 //!
+//! `loss` ([`ClassifierLoss`]) picks the margin loss: `logistic` (the default) or
+//! `squared-hinge` (an L1-regularised L2-loss SVM), both on the one Gauss-Seidel solver
+//! ([`gs`], [`crate::core::loss::MarginLoss`]); the scheduled solver is logistic only. The
+//! saved model is a linear classifier either way (`petrel eval` scores it by the margin's
+//! sign; its `log_loss` reads the margins as logistic ones).
+//!
 //! Roles `strads-logistic-scheduler` / `strads-logistic-worker`; outputs
 //! `coefficients.tsv` (LIBSVM 1-based feature numbers) and `metrics.json`.
 
@@ -39,6 +45,7 @@ mod baseline;
 mod data;
 pub mod gs;
 
+pub use super::lasso::config::ClassifierLoss;
 pub use baseline::run_baseline;
 pub use data::{check_binary_labels, load, load_share, logistic_lambda, logistic_lambda_from_max};
 
@@ -511,10 +518,31 @@ impl StradsJob for LogisticApp {
     type Worker = StarHalf<LogisticWorker>;
 
     /// The Lasso checks, and no Lasso-only setting (several schedulers, the checkpoint
-    /// fault injection).
+    /// fault injection); a loss other than logistic runs on the Gauss-Seidel solver only.
     fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
-        job.validate()?;
+        // `loss` is this job's setting, which the Lasso's checks refuse.
+        LassoSettings {
+            loss: None,
+            ..job.clone()
+        }
+        .validate()?;
         let mut c = petrel_ml::job::SettingChecks::new();
+        let loss = job.loss.unwrap_or_default();
+        let solver = job.resolved_solver();
+        c.require(
+            loss == ClassifierLoss::Logistic || solver == super::lasso::LassoSolver::GaussSeidel,
+            "loss",
+            loss.name(),
+            &format!(
+                "runs on solver = \"gauss-seidel\" only, and this job's solver is \"{solver}\" \
+                 (solver = \"{}\"{}); the scheduled solver is logistic only",
+                job.solver,
+                match job.scheduled_only_settings().first() {
+                    Some((key, _)) => format!(", {key} is set"),
+                    None => String::new(),
+                }
+            ),
+        );
         let lasso_only = "applies to lasso only";
         c.require(
             job.schedulers == 1,

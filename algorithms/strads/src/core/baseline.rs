@@ -1,6 +1,7 @@
-//! The stop rule of the cyclic coordinate-descent yardstick, and its logistic kernel
-//! ([`CyclicLogistic`], in `baseline/logistic.rs`), whose full sweep and active phase the
-//! Gauss-Seidel logistic workers run on their blocks. The yardstick of either model is the
+//! The stop rule of the cyclic coordinate-descent yardstick, and its margin-loss kernel
+//! ([`CyclicMargin`], in `baseline/logistic.rs`, for the logistic and the squared-hinge
+//! loss), whose full sweep and active phase the Gauss-Seidel classifier workers run on their
+//! blocks. The yardstick of either model is the
 //! Gauss-Seidel solver with one worker (`apps::lasso::baseline`,
 //! `apps::logistic::run_baseline`).
 //!
@@ -78,7 +79,7 @@ pub(crate) fn check_shape(x: &SparseColumns, n: usize, what: &str) -> Result<(),
 }
 
 mod logistic;
-pub use logistic::{ACTIVE_SWEEPS, CyclicLogistic, LogisticPhase};
+pub use logistic::{ACTIVE_SWEEPS, CyclicMargin, LogisticPhase};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -4,17 +4,18 @@
 //!
 //! Every row keeps one number, its **state**: the residual `r = y - X b` for the squared
 //! loss (so the Lasso's step is one gather and one scatter), the margin `m = X b` for the
-//! margin losses ([`Logistic`], [`SquaredHinge`]). Along column `j`, with `g` and `h` the
-//! summed loss's first and second derivative in `b_j`, the step is the proximal Newton step
-//! `new = S(h b_j - g, lambda) / h` (`S` the soft threshold). A loss whose quadratic model
-//! is exact ([`Loss::EXACT`], squared) takes it as it is. Any other keeps it only if it
-//! lowers the objective by at least 1% of the model's predicted decrease (one more pass
-//! over the column), else takes the step under the curvature bound
+//! margin losses ([`MarginLoss`]: [`Logistic`], [`SquaredHinge`]). Along column `j`, with
+//! `g` and `h` the summed loss's first and second derivative in `b_j`, the step is the
+//! proximal Newton step `new = S(h b_j - g, lambda) / h` (`S` the soft threshold). A loss
+//! whose quadratic model is exact ([`Loss::EXACT`], squared) takes it as it is. Any other
+//! keeps it only if it lowers the objective by at least 1% of the model's predicted
+//! decrease (one more pass over the column), else takes the step under the curvature bound
 //! `CURVATURE_BOUND ||x_j||^2`, which never raises the objective: every step is a descent
 //! step, and most are Newton's.
 //!
-//! The baseline and the Gauss-Seidel workers (Lasso and logistic) run every update through
-//! [`cd_step`]; a new family is a [`Loss`] impl, not a new solver.
+//! The baseline and the Gauss-Seidel workers (Lasso and the classifiers) run every update
+//! through [`cd_step`]; a new family is a [`Loss`] impl (a classifier's, a [`MarginLoss`]
+//! impl), not a new solver.
 
 use super::gauss_seidel::{Centring, gather_dot};
 use super::lasso::soft_threshold;
@@ -167,75 +168,130 @@ impl Loss for CentredSquared<'_> {
     }
 }
 
-/// `sum_i log(1 + exp(-y_i m_i))` over the margins, labels +-1.
-pub struct Logistic<'l> {
-    /// The labels, +-1.
-    pub labels: &'l [f64],
+/// A loss of each row's margin `m = x_i^T b` and label `y = +-1`, summed over the rows: the
+/// classifiers' family. One solver serves every impl (the cyclic kernel
+/// [`crate::core::baseline::CyclicMargin`], the Gauss-Seidel workers and the scheduler's
+/// combination in [`crate::core::logistic::gauss_seidel`]); a loss is its row loss, its
+/// gradient and curvature along a column, and its curvature bound. Impls are zero-sized
+/// markers: [`OnLabels`] pairs one with the labels, the [`Loss`] that [`cd_step`] takes.
+pub trait MarginLoss: Copy + Default + Send + Sync + 'static {
+    /// The loss's name in the settings and the logs.
+    const NAME: &'static str;
+    /// The largest second derivative of one row's loss in its margin.
+    const CURVATURE_BOUND: f64;
+    /// `|d loss / dm|` at `m = 0` (either label): `lambda_max = this * max_j |x_j^T y|`.
+    const SLOPE_AT_ZERO: f64;
+    /// One row's loss at margin `m` with label `y`.
+    fn row_loss(y: f64, m: f64) -> f64;
+    /// One row's loss and its derivative in the margin, at margin `m` with label `y`.
+    fn row_loss_slope(y: f64, m: f64) -> (f64, f64);
+    /// `(g, h)` of the summed loss along the column `rows`, `vals` (as
+    /// [`Loss::gradient_curvature`]) at the margins `m`.
+    fn gradient_curvature(labels: &[f64], rows: &[u32], vals: &[f32], m: &[f64]) -> (f64, f64);
 }
 
-impl Loss for Logistic<'_> {
+/// A [`MarginLoss`] over labelled rows (labels +-1), the state being the margins.
+pub struct OnLabels<'l, L> {
+    /// The labels, +-1.
+    pub labels: &'l [f64],
+    /// The loss.
+    pub loss: L,
+}
+
+impl<L: MarginLoss> Loss for OnLabels<'_, L> {
     const EXACT: bool = false;
-    const CURVATURE_BOUND: f64 = 0.25;
+    const CURVATURE_BOUND: f64 = L::CURVATURE_BOUND;
 
     #[inline]
     fn gradient_curvature(&self, rows: &[u32], vals: &[f32], m: &[f64], _bound: f64) -> (f64, f64) {
-        let (mut g, mut h) = (0.0f64, 0.0f64);
-        for (&i, &v) in rows.iter().zip(vals) {
-            let (x, y) = (f64::from(v), self.labels[i as usize]);
-            let p = sigmoid(-y * m[i as usize]);
-            g -= y * x * p;
-            h += x * x * p * (1.0 - p);
-        }
-        (g, h)
+        L::gradient_curvature(self.labels, rows, vals, m)
     }
 
     fn loss_change(&self, rows: &[u32], vals: &[f32], m: &[f64], _bound: f64, delta: f64) -> f64 {
         let mut change = 0.0f64;
         for (&i, &v) in rows.iter().zip(vals) {
             let (m, y) = (m[i as usize], self.labels[i as usize]);
-            change +=
-                log_one_plus_exp_neg(y * (m + f64::from(v) * delta)) - log_one_plus_exp_neg(y * m);
+            change += L::row_loss(y, m + f64::from(v) * delta) - L::row_loss(y, m);
         }
         change
     }
 
     #[inline]
     fn apply(&mut self, rows: &[u32], vals: &[f32], m: &mut [f64], delta: f64) {
-        scatter_margins(rows, vals, m, delta);
+        // `m += delta x` on the column's non-zeros.
+        for (&i, &v) in rows.iter().zip(vals) {
+            m[i as usize] += f64::from(v) * delta;
+        }
     }
 }
 
-/// `m += delta x` on the column's non-zeros.
-#[inline]
-fn scatter_margins(rows: &[u32], vals: &[f32], m: &mut [f64], delta: f64) {
-    for (&i, &v) in rows.iter().zip(vals) {
-        m[i as usize] += f64::from(v) * delta;
+/// `log(1 + exp(-y m))` per row: L1 logistic regression.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Logistic;
+
+impl MarginLoss for Logistic {
+    const NAME: &'static str = "logistic";
+    const CURVATURE_BOUND: f64 = 0.25;
+    const SLOPE_AT_ZERO: f64 = 0.5;
+
+    #[inline]
+    fn row_loss(y: f64, m: f64) -> f64 {
+        log_one_plus_exp_neg(y * m)
     }
-}
 
-/// The squared hinge `sum_i max(0, 1 - y_i m_i)^2` over the margins, labels +-1 (an
-/// L1-regularised L2-loss SVM, liblinear's `L1R_L2LOSS_SVC`). Piecewise quadratic: the
-/// Newton step uses the generalised second derivative and the descent check.
-pub struct SquaredHinge<'l> {
-    /// The labels, +-1.
-    pub labels: &'l [f64],
-}
-
-impl SquaredHinge<'_> {
-    /// One row's loss at margin `m` with label `y`.
-    pub fn row_loss(y: f64, m: f64) -> f64 {
-        (1.0 - y * m).max(0.0).powi(2)
+    #[inline]
+    fn row_loss_slope(y: f64, m: f64) -> (f64, f64) {
+        // One exp for both terms, as `log_one_plus_exp_neg` and `sigmoid` compute them.
+        let z = y * m;
+        let e = (-z.abs()).exp();
+        let p = if z <= 0.0 {
+            1.0 / (1.0 + e)
+        } else {
+            e / (1.0 + e)
+        };
+        ((-z).max(0.0) + e.ln_1p(), -y * p)
     }
-}
 
-impl Loss for SquaredHinge<'_> {
-    const EXACT: bool = false;
-    const CURVATURE_BOUND: f64 = 2.0;
-
-    fn gradient_curvature(&self, rows: &[u32], vals: &[f32], m: &[f64], _bound: f64) -> (f64, f64) {
+    #[inline]
+    fn gradient_curvature(labels: &[f64], rows: &[u32], vals: &[f32], m: &[f64]) -> (f64, f64) {
         let (mut g, mut h) = (0.0f64, 0.0f64);
         for (&i, &v) in rows.iter().zip(vals) {
-            let (x, y) = (f64::from(v), self.labels[i as usize]);
+            let (x, y) = (f64::from(v), labels[i as usize]);
+            let p = sigmoid(-y * m[i as usize]);
+            g -= y * x * p;
+            h += x * x * p * (1.0 - p);
+        }
+        (g, h)
+    }
+}
+
+/// The squared hinge `max(0, 1 - y m)^2` per row: an L1-regularised L2-loss SVM
+/// (liblinear's `L1R_L2LOSS_SVC`). Piecewise quadratic: the Newton step uses the
+/// generalised second derivative and the descent check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SquaredHinge;
+
+impl MarginLoss for SquaredHinge {
+    const NAME: &'static str = "squared-hinge";
+    const CURVATURE_BOUND: f64 = 2.0;
+    const SLOPE_AT_ZERO: f64 = 2.0;
+
+    #[inline]
+    fn row_loss(y: f64, m: f64) -> f64 {
+        (1.0 - y * m).max(0.0).powi(2)
+    }
+
+    #[inline]
+    fn row_loss_slope(y: f64, m: f64) -> (f64, f64) {
+        let slack = (1.0 - y * m).max(0.0);
+        (slack * slack, -2.0 * y * slack)
+    }
+
+    #[inline]
+    fn gradient_curvature(labels: &[f64], rows: &[u32], vals: &[f32], m: &[f64]) -> (f64, f64) {
+        let (mut g, mut h) = (0.0f64, 0.0f64);
+        for (&i, &v) in rows.iter().zip(vals) {
+            let (x, y) = (f64::from(v), labels[i as usize]);
             let slack = 1.0 - y * m[i as usize];
             if slack > 0.0 {
                 g -= 2.0 * y * x * slack;
@@ -243,20 +299,6 @@ impl Loss for SquaredHinge<'_> {
             }
         }
         (g, h)
-    }
-
-    fn loss_change(&self, rows: &[u32], vals: &[f32], m: &[f64], _bound: f64, delta: f64) -> f64 {
-        rows.iter()
-            .zip(vals)
-            .map(|(&i, &v)| {
-                let (m, y) = (m[i as usize], self.labels[i as usize]);
-                Self::row_loss(y, m + f64::from(v) * delta) - Self::row_loss(y, m)
-            })
-            .sum()
-    }
-
-    fn apply(&mut self, rows: &[u32], vals: &[f32], m: &mut [f64], delta: f64) {
-        scatter_margins(rows, vals, m, delta);
     }
 }
 

@@ -94,6 +94,11 @@ pub struct LassoSettings {
     /// ([`LassoSettings::scheduled_only_settings`]), which explicit `gauss-seidel` refuses.
     #[arg(long, value_enum, default_value_t = LassoSolver::Auto)]
     pub solver: LassoSolver,
+    /// `petrel train logistic` only: the loss, `logistic` (unset) or `squared-hinge` (an
+    /// L1-regularised L2-loss SVM; `solver = "gauss-seidel"` only). The Lasso job's loss is
+    /// the squared loss: it refuses the setting.
+    #[arg(long, value_enum)]
+    pub loss: Option<ClassifierLoss>,
     /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic,
     /// from --round-latency-ms at [`NS_PER_NONZERO`]; a whole sweep with one worker).
     #[arg(long, default_value_t = 0)]
@@ -551,6 +556,14 @@ impl StradsSettings for LassoSettings {
             crate::apps::lasso::multi::MAX_SCHEDULERS,
             "the supported maximum",
         );
+        // The logistic job checks its own `loss` and these checks without it.
+        c.require(
+            self.loss.is_none(),
+            "loss",
+            self.loss.map_or("", ClassifierLoss::name),
+            "applies to petrel train logistic only (the Lasso's loss is the squared loss); \
+             drop the setting",
+        );
         c.finish()
     }
 
@@ -655,7 +668,7 @@ mod solver;
 
 pub(crate) use share::check_pick;
 pub use share::{ColumnShare, DesignShape};
-pub use solver::LassoSolver;
+pub use solver::{ClassifierLoss, LassoSolver};
 
 #[cfg(test)]
 mod tests;

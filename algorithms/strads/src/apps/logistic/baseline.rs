@@ -11,8 +11,8 @@ use crate::error::StradsError;
 use crate::kit::serial::{SerialOptions, run_star};
 use crate::kit::{JobShape, StradsJob};
 
-/// `--transport none`: single-threaded cyclic coordinate descent
-/// ([`CyclicLogistic`](crate::core::baseline::CyclicLogistic)), the Gauss-Seidel solver with
+/// `--transport none`: single-threaded cyclic coordinate descent of the job's loss
+/// ([`CyclicMargin`](crate::core::baseline::CyclicMargin)), the Gauss-Seidel solver with
 /// one worker. It stops once a full sweep lowers the objective by less than
 /// `gap_tolerance / 100` relative (1e-7 when unset) or after
 /// [`BASELINE_MAX_SWEEPS`](super::super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and

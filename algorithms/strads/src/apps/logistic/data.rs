@@ -67,16 +67,18 @@ pub fn check_binary_labels(path: &std::path::Path, labels: &[f32]) -> Result<(),
     Ok(())
 }
 
-/// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
-/// with an all-zero solution for +-1 labels).
+/// The job's `lambda`, or `lambda_fraction` of `lambda_max`, the smallest lambda with an
+/// all-zero solution for +-1 labels: `max_j |x_j^T y| / 2` for the logistic loss,
+/// `2 max_j |x_j^T y|` for the squared hinge.
 pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoSettings) -> f32 {
     logistic_lambda_from_max(job, super::super::lasso::lambda_max(x, &signs(labels)))
 }
 
 /// [`logistic_lambda`] given `max_j |x_j^T y|` with `y` the labels' signs.
 pub fn logistic_lambda_from_max(job: &LassoSettings, lambda_max: f64) -> f32 {
+    let slope = job.loss.unwrap_or_default().slope_at_zero();
     job.lambda
-        .unwrap_or((job.lambda_fraction * lambda_max / 2.0) as f32)
+        .unwrap_or((job.lambda_fraction * lambda_max * slope) as f32)
 }
 
 /// Labels `> 0` as +1, the others as -1.

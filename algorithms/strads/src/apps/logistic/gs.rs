@@ -1,5 +1,6 @@
-//! `solver = "gauss-seidel"` for sparse logistic regression: column-holding workers run
-//! the baseline's full sweep and active phase on their block of features
+//! `solver = "gauss-seidel"` for sparse logistic regression and the squared-hinge SVM
+//! (`loss`): column-holding workers run the baseline's full sweep and active phase on their
+//! block of features
 //! ([`crate::core::logistic::gauss_seidel`] has the decision logic and the convergence
 //! argument).
 //!
@@ -25,16 +26,18 @@ use super::super::lasso::ColumnShare;
 use super::super::lasso::LassoSettings;
 use super::super::lasso::gs::worker_columns;
 use super::super::lasso::heldout::LinearHeldout;
+use super::ClassifierLoss;
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load_share, logistic_lambda_from_max};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, decode_state, encode_state, strads_app};
 use crate::core::baseline::CdOutcome;
 use crate::core::gauss_seidel::RowVector;
+use crate::core::logistic::correct_signs;
 use crate::core::logistic::gauss_seidel::{
-    Combination, LogisticGsWorkerCore, LogisticSweepOrder, LogisticSwept, combination_step,
-    overlap, step_value,
+    Combination, LogisticSweepOrder, LogisticSwept, MarginGsWorkerCore, SweepWorker,
+    combination_step, overlap, step_value,
 };
-use crate::core::logistic::{correct_signs, log_one_plus_exp_neg};
+use crate::core::loss::{Logistic, MarginLoss, SquaredHinge};
 use crate::core::tuning::{MAX_ACTIVE_PASSES, MAX_FULL_SWEEPS};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
@@ -65,9 +68,9 @@ strads_app!(
     LogisticGsCommit
 );
 
-/// Worker half: its block's solver.
+/// Worker half: its block's solver, of the job's loss.
 pub struct LogisticGsWorker {
-    core: LogisticGsWorkerCore,
+    core: Box<dyn SweepWorker>,
     data_digest: Option<u64>,
 }
 
@@ -124,6 +127,7 @@ enum GsStop {
 /// Scheduler half: the labels, the model and (several workers) the margins.
 pub struct LogisticGsScheduling {
     labels: Vec<f64>,
+    loss: ClassifierLoss,
     lambda: f32,
     workers: usize,
     tolerance: f64,
@@ -162,8 +166,13 @@ impl LogisticGsScheduling {
             lambda,
         )?;
         let labels: Vec<f64> = design.y.iter().map(|&l| f64::from(l)).collect();
+        let loss_kind = job.loss.unwrap_or_default();
         // The baseline's start, computed the same way: b = 0.
-        let loss: f64 = labels.iter().map(|&y| log_one_plus_exp_neg(y * 0.0)).sum();
+        let row_loss: fn(f64, f64) -> f64 = match loss_kind {
+            ClassifierLoss::Logistic => Logistic::row_loss,
+            ClassifierLoss::SquaredHinge => SquaredHinge::row_loss,
+        };
+        let loss: f64 = labels.iter().map(|&y| row_loss(y, 0.0)).sum();
         let objective = loss + f64::from(lambda) * 0.0;
         let mut s = LogisticGsScheduling {
             s: GsSchedulingState {
@@ -188,6 +197,7 @@ impl LogisticGsScheduling {
                 ..GsSchedulingState::default()
             },
             labels,
+            loss: loss_kind,
             lambda,
             workers,
             tolerance: job.gap_tolerance.map_or(1e-7, |t| t / 100.0),
@@ -331,18 +341,20 @@ impl LogisticGsScheduling {
             .flat_map(|s| s.changed.iter().zip(&s.values))
             .map(|(&j, &v)| (self.s.coefficients[j as usize], v))
             .collect();
-        let (step, objective, l1) = combination_step(
-            &Combination {
-                labels: &self.labels,
-                margins: &self.s.margins,
-                sum: &sum,
-                moved: &moved,
-                lambda: f64::from(self.lambda),
-                l1: self.s.l1,
-            },
-            // Every delta's rows were checked by the sum: at most every worker shares a row.
-            || overlap(&deltas, n).unwrap_or(deltas.len()),
-        );
+        let combination = Combination {
+            labels: &self.labels,
+            margins: &self.s.margins,
+            sum: &sum,
+            moved: &moved,
+            lambda: f64::from(self.lambda),
+            l1: self.s.l1,
+        };
+        // Every delta's rows were checked by the sum: at most every worker shares a row.
+        let omega = || overlap(&deltas, n).unwrap_or(deltas.len());
+        let (step, objective, l1) = match self.loss {
+            ClassifierLoss::Logistic => combination_step::<Logistic>(&combination, omega),
+            ClassifierLoss::SquaredHinge => combination_step::<SquaredHinge>(&combination, omega),
+        };
         for s in swept {
             for (&j, &v) in s.changed.iter().zip(&s.values) {
                 let b = self.s.coefficients[j as usize];
@@ -353,7 +365,12 @@ impl LogisticGsScheduling {
         combined.add_scaled_to(step, &mut self.s.margins)?;
         self.s.objective = objective;
         self.s.l1 = l1;
-        tracing::debug!(step, objective, "logistic gauss-seidel round combined");
+        tracing::debug!(
+            step,
+            objective,
+            loss = self.loss.name(),
+            "gauss-seidel round combined"
+        );
         Ok(LogisticGsCommit {
             step,
             combined: Some(combined),
@@ -521,6 +538,7 @@ impl StradsJob for LogisticGsApp {
             features = design.shape.n_columns(),
             workers = shape.workers,
             lambda = half.lambda,
+            loss = half.loss.name(),
             "logistic gauss-seidel scheduler ready"
         );
         half.data_digest = Some(design.digest());
@@ -538,13 +556,15 @@ impl StradsJob for LogisticGsApp {
         tracing::debug!(worker = index, columns = ?share.columns, "logistic gauss-seidel worker loaded");
         let digest = share.digest();
         let lambda = logistic_lambda_from_max(job, share.lambda_max);
-        let core = LogisticGsWorkerCore::new(
-            share.x,
-            &share.y,
-            lambda,
-            share.columns.start,
-            shape.workers > 1,
-        )?;
+        let (x, y, first, shared) = (share.x, &share.y, share.columns.start, shape.workers > 1);
+        let core: Box<dyn SweepWorker> = match job.loss.unwrap_or_default() {
+            ClassifierLoss::Logistic => Box::new(MarginGsWorkerCore::<Logistic>::new(
+                x, y, lambda, first, shared,
+            )?),
+            ClassifierLoss::SquaredHinge => Box::new(MarginGsWorkerCore::<SquaredHinge>::new(
+                x, y, lambda, first, shared,
+            )?),
+        };
         Ok(StarHalf(LogisticGsWorker {
             core,
             data_digest: Some(digest),

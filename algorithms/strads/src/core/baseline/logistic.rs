@@ -1,33 +1,33 @@
-//! The logistic half of the yardstick: [`CyclicLogistic`], the single-threaded cyclic
-//! coordinate descent for L1 logistic regression, and its full sweep and active phase,
-//! which the Gauss-Seidel logistic workers run on their blocks
-//! ([`crate::core::logistic::gauss_seidel`]).
+//! The classifiers' half of the yardstick: [`CyclicMargin`], the single-threaded cyclic
+//! coordinate descent for an L1-regularised margin loss (logistic regression, the
+//! squared-hinge SVM: [`MarginLoss`]), and its full sweep and active phase, which the
+//! Gauss-Seidel workers run on their blocks ([`crate::core::logistic::gauss_seidel`]).
 
 use super::super::StradsModelError;
 use super::super::gauss_seidel::PackedColumns;
-use super::super::loss::{Logistic, Loss, cd_step};
+use super::super::loss::{MarginLoss, OnLabels, cd_step};
 use super::{CdStop, check_shape};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
-use super::super::logistic::log_one_plus_exp_neg;
-
 /// The most active-set sweeps after one full sweep (the baseline's active phase).
 pub const ACTIVE_SWEEPS: usize = crate::core::tuning::MAX_ACTIVE_PASSES as usize;
 
-/// Cyclic coordinate descent for `min sum_i log(1 + exp(-y_i x_i^T b)) + lambda ||b||_1`
-/// (labels `> 0` are +1, others -1). Each coordinate takes the proximal Newton step with
-/// the exact second derivative and keeps it if it lowers the objective by at least 1% of
-/// the model's predicted decrease (one extra pass over the column); otherwise it takes the
-/// step under the curvature bound `||x_j||^2 / 4` (what STRADS' logistic pull uses), which
-/// never increases the objective. So every update is a descent step, and most are Newton's.
+/// Cyclic coordinate descent for `min sum_i loss(y_i, x_i^T b) + lambda ||b||_1` with the
+/// margin loss `L` (labels `> 0` are +1, others -1). Each coordinate takes the proximal
+/// Newton step with the exact (generalised) second derivative and keeps it if it lowers the
+/// objective by at least 1% of the model's predicted decrease (one extra pass over the
+/// column); otherwise it takes the step under the curvature bound
+/// `L::CURVATURE_BOUND ||x_j||^2` (for the logistic loss `||x_j||^2 / 4`, what STRADS'
+/// logistic pull uses), which never increases the objective. So every update is a descent
+/// step, and most are Newton's ([`cd_step`]).
 ///
 /// The same solver sweeps a Gauss-Seidel worker's block of columns
 /// ([`crate::core::logistic::gauss_seidel`]): it then owns its block ([`Self::owning`]),
 /// and the objective counts the other blocks' `||b||_1` ([`Self::set_l1_others`]), so
 /// one worker's round is the baseline's full sweep and active phase, step for step.
 #[derive(Debug, Clone)]
-pub struct CyclicLogistic {
+pub struct CyclicMargin<L> {
     x: SparseColumns,
     labels: Vec<f64>,
     lambda: f64,
@@ -43,9 +43,10 @@ pub struct CyclicLogistic {
     /// next full sweep or a new state).
     active: Option<PackedColumns>,
     updates: u64,
+    loss: L,
 }
 
-/// What one full sweep and the active phase after it did ([`CyclicLogistic::full_then_active`]).
+/// What one full sweep and the active phase after it did ([`CyclicMargin::full_then_active`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LogisticPhase {
     /// The objective after the full sweep.
@@ -60,7 +61,7 @@ pub struct LogisticPhase {
     pub objective: f64,
 }
 
-impl CyclicLogistic {
+impl<L: MarginLoss> CyclicMargin<L> {
     /// A solver that owns its columns (a Gauss-Seidel worker's block, all rows), at
     /// `b = 0`.
     pub fn owning(x: SparseColumns, labels: &[f32], lambda: f32) -> Result<Self, StradsModelError> {
@@ -70,11 +71,11 @@ impl CyclicLogistic {
                 "lambda {lambda} must be finite and >= 0"
             )));
         }
-        Ok(CyclicLogistic {
+        Ok(CyclicMargin {
             bound: x
                 .column_sq_norms()
                 .into_iter()
-                .map(|s| Logistic::CURVATURE_BOUND * s)
+                .map(|s| L::CURVATURE_BOUND * s)
                 .collect(),
             labels: labels
                 .iter()
@@ -88,6 +89,7 @@ impl CyclicLogistic {
             journal: None,
             active: None,
             updates: 0,
+            loss: L::default(),
         })
     }
 
@@ -108,7 +110,7 @@ impl CyclicLogistic {
     }
 
     /// The columns and bounds beside what a step changes (borrowed apart).
-    fn parts(&mut self) -> (&SparseColumns, &[f64], Steps<'_>) {
+    fn parts(&mut self) -> (&SparseColumns, &[f64], Steps<'_, L>) {
         (
             &self.x,
             &self.bound,
@@ -118,6 +120,7 @@ impl CyclicLogistic {
                 coefficients: &mut self.coefficients,
                 journal: &mut self.journal,
                 lambda: self.lambda,
+                loss: self.loss,
             },
         )
     }
@@ -134,7 +137,7 @@ impl CyclicLogistic {
             .labels
             .iter()
             .zip(&self.margins)
-            .map(|(&y, &m)| log_one_plus_exp_neg(y * m))
+            .map(|(&y, &m)| L::row_loss(y, m))
             .sum();
         loss + self.lambda * (self.l1_others + l1)
     }
@@ -254,7 +257,7 @@ impl CyclicLogistic {
     }
 }
 
-impl CyclicLogistic {
+impl<L: MarginLoss> CyclicMargin<L> {
     /// The margins `X b` (every row; with blocks, of the whole model).
     pub fn margins(&self) -> &[f64] {
         &self.margins
@@ -328,23 +331,25 @@ impl CyclicLogistic {
     }
 }
 
-/// What a [`CyclicLogistic`] step changes.
-struct Steps<'s> {
+/// What a [`CyclicMargin`] step changes.
+struct Steps<'s, L> {
     labels: &'s [f64],
     margins: &'s mut [f64],
     coefficients: &'s mut [f64],
     journal: &'s mut Option<Vec<(usize, f64)>>,
     lambda: f64,
+    loss: L,
 }
 
-impl Steps<'_> {
+impl<L: MarginLoss> Steps<'_, L> {
     /// The step on coordinate `j` (column `rows`, `vals`, curvature bound `bound`),
     /// journalled when it moves while recording.
     #[inline]
     fn step(&mut self, j: usize, rows: &[u32], vals: &[f32], bound: f64) -> f64 {
         let before = self.coefficients[j];
-        let mut loss = Logistic {
+        let mut loss = OnLabels {
             labels: self.labels,
+            loss: self.loss,
         };
         let delta = cd_step(
             &mut loss,

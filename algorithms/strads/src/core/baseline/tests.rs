@@ -1,5 +1,6 @@
 use super::*;
 use crate::core::logistic::sigmoid;
+use crate::core::loss::{Logistic, MarginLoss};
 
 // The logistic yardstick's loop (full sweeps, each followed by its active phase), as the
 // one-worker Gauss-Seidel solver runs it: what the tests compare with.
@@ -27,7 +28,7 @@ pub(crate) struct CdReport {
 /// Runs full sweeps (each followed by active-set sweeps) until a full sweep lowers the
 /// objective by at most `tolerance` relative, or the target is met (checked after every
 /// sweep: the logistic objective costs O(rows)).
-pub(crate) fn solve(cd: &mut CyclicLogistic, stop: &CdStop) -> CdReport {
+pub(crate) fn solve<L: MarginLoss>(cd: &mut CyclicMargin<L>, stop: &CdStop) -> CdReport {
     let mut objective = cd.objective();
     let mut report = CdReport {
         outcome: CdOutcome::SweepLimit,
@@ -135,11 +136,11 @@ fn logistic_reaches_the_optimality_conditions_and_beats_the_bound_steps() {
         })
         .fold(0.0, f64::max);
     // Above lambda_max the known solution is b = 0.
-    let mut zero = CyclicLogistic::new(&x, &labels, (1.01 * lambda_max) as f32).unwrap();
+    let mut zero = CyclicMargin::<Logistic>::new(&x, &labels, (1.01 * lambda_max) as f32).unwrap();
     solve(&mut zero, &CdStop::default());
     assert!(zero.coefficients().iter().all(|&b| b == 0.0));
     let lambda = 0.05 * lambda_max;
-    let mut cd = CyclicLogistic::new(&x, &labels, lambda as f32).unwrap();
+    let mut cd = CyclicMargin::<Logistic>::new(&x, &labels, lambda as f32).unwrap();
     let report = solve(
         &mut cd,
         &CdStop {
@@ -177,11 +178,11 @@ fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
         tolerance: 1e-9,
         ..CdStop::default()
     };
-    let mut shrinking = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+    let mut shrinking = CyclicMargin::<Logistic>::new(&x, &labels, lambda).unwrap();
     let report = solve(&mut shrinking, &stop);
     assert_eq!(report.outcome, CdOutcome::Converged, "{report:?}");
     // The same schedule with the active set fixed between full sweeps.
-    let mut fixed = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+    let mut fixed = CyclicMargin::<Logistic>::new(&x, &labels, lambda).unwrap();
     let d = x.n_columns();
     let mut objective = fixed.objective();
     for _ in 0..stop.max_sweeps {
@@ -226,7 +227,7 @@ fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
     );
 }
 
-impl CyclicLogistic {
+impl<L: MarginLoss> CyclicMargin<L> {
     /// A solver of a copy of `x`, at `b = 0`.
     pub(crate) fn new(
         x: &SparseColumns,

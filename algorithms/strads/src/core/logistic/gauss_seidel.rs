@@ -1,10 +1,12 @@
-//! Column-holding Gauss-Seidel logistic regression, sans-I/O: the decision logic of the
-//! logistic job's `solver = "gauss-seidel"` (`apps::logistic::gs` runs it).
+//! Column-holding Gauss-Seidel for an L1-regularised margin loss (logistic regression, the
+//! squared-hinge SVM: [`MarginLoss`]), sans-I/O: the decision logic of the logistic job's
+//! `solver = "gauss-seidel"` (`apps::logistic::gs` runs it, `loss` picks the loss). One
+//! worker core and one combination serve every loss, monomorphised.
 //!
 //! Each worker holds a contiguous column range of about equal non-zeros (the Lasso's cut),
 //! all rows, the labels and the margins `m = X b` (f64). In a full round every worker runs,
 //! from the same start, the baseline's full sweep of its columns and, unless that settled
-//! it, the baseline's active phase ([`CyclicLogistic::full_then_active`]), and answers with
+//! it, the baseline's active phase ([`CyclicMargin::full_then_active`]), and answers with
 //! its new values and margin delta `u_p`. With several workers every baseline sweep
 //! becomes a round: a full round (every block's full sweep), then active rounds (one sweep
 //! of each block's non-zeros) until one lowers the objective by at most a tenth of the
@@ -27,9 +29,9 @@
 //! full, and the run is the baseline's, update for update.
 
 use super::super::StradsModelError;
-use super::super::baseline::{CdStop, CyclicLogistic, LogisticPhase};
+use super::super::baseline::{CdStop, CyclicMargin, LogisticPhase};
 use super::super::gauss_seidel::RowVector;
-use super::log_one_plus_exp_neg;
+use super::super::loss::MarginLoss;
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
@@ -74,9 +76,9 @@ pub struct LogisticSwept {
     pub correct: u64,
 }
 
-/// Worker half: a [`CyclicLogistic`] over its block of columns and every row.
-pub struct LogisticGsWorkerCore {
-    cd: CyclicLogistic,
+/// Worker half: a [`CyclicMargin`] over its block of columns and every row.
+pub struct MarginGsWorkerCore<L> {
+    cd: CyclicMargin<L>,
     /// The design's number of the block's first column.
     first: usize,
     /// Other workers sweep other blocks: the round's result is combined at the commit.
@@ -87,7 +89,7 @@ pub struct LogisticGsWorkerCore {
     moved: Vec<(usize, f64, f64)>,
 }
 
-impl LogisticGsWorkerCore {
+impl<L: MarginLoss> MarginGsWorkerCore<L> {
     /// The worker of the columns `x` (every row), the first being the design's `first`;
     /// `shared`: other workers hold other columns.
     pub fn new(
@@ -97,17 +99,35 @@ impl LogisticGsWorkerCore {
         first: usize,
         shared: bool,
     ) -> Result<Self, StradsModelError> {
-        Ok(LogisticGsWorkerCore {
-            cd: CyclicLogistic::owning(x, labels, lambda)?,
+        Ok(MarginGsWorkerCore {
+            cd: CyclicMargin::owning(x, labels, lambda)?,
             first,
             shared,
             start: None,
             moved: Vec::new(),
         })
     }
+}
 
+/// A Gauss-Seidel worker core of any loss behind one type: the app picks the loss when it
+/// starts (`Box<dyn SweepWorker>`, one dispatch a round; every sweep inside is
+/// monomorphised).
+pub trait SweepWorker: Send {
     /// Runs the round: the full sweep and the active phase of the block.
-    pub fn sweep(&mut self, order: &LogisticSweepOrder) -> Result<LogisticSwept, StradsModelError> {
+    fn sweep(&mut self, order: &LogisticSweepOrder) -> Result<LogisticSwept, StradsModelError>;
+    /// Commits the round: with one worker the sweep as it is (`t = 1`, no delta); with
+    /// several, `b = b_start + t (b_swept - b_start)` on the changed coordinates and
+    /// `m = m_start + t U`, `U` the sum of every worker's margin delta (what the scheduler
+    /// computes, the same arithmetic).
+    fn commit(&mut self, t: f64, combined: Option<&RowVector>) -> Result<(), StradsModelError>;
+    /// The block's coefficients, margins and updates (between rounds).
+    fn snapshot(&self) -> Result<(Vec<f64>, Vec<f64>, u64), StradsModelError>;
+    /// Continues from a [`Self::snapshot`].
+    fn restore(&mut self, state: (Vec<f64>, Vec<f64>, u64)) -> Result<(), StradsModelError>;
+}
+
+impl<L: MarginLoss> SweepWorker for MarginGsWorkerCore<L> {
+    fn sweep(&mut self, order: &LogisticSweepOrder) -> Result<LogisticSwept, StradsModelError> {
         if !(order.objective.is_finite() && order.l1.is_finite() && order.tolerance >= 0.0) {
             return Err(StradsModelError::protocol(format!(
                 "a sweep order with objective {}, l1 {}, tolerance {}",
@@ -176,11 +196,7 @@ impl LogisticGsWorkerCore {
         Ok(swept)
     }
 
-    /// Commits the round: with one worker the sweep as it is (`t = 1`, no delta); with
-    /// several, `b = b_start + t (b_swept - b_start)` on the changed coordinates and
-    /// `m = m_start + t U`, `U` the sum of every worker's margin delta (what the scheduler
-    /// computes, the same arithmetic).
-    pub fn commit(&mut self, t: f64, combined: Option<&RowVector>) -> Result<(), StradsModelError> {
+    fn commit(&mut self, t: f64, combined: Option<&RowVector>) -> Result<(), StradsModelError> {
         let start_margins = self.start.take().ok_or_else(|| {
             StradsModelError::protocol("a commit without a swept round to commit")
         })?;
@@ -212,8 +228,7 @@ impl LogisticGsWorkerCore {
         Ok(())
     }
 
-    /// The block's coefficients, margins and updates (between rounds).
-    pub fn snapshot(&self) -> Result<(Vec<f64>, Vec<f64>, u64), StradsModelError> {
+    fn snapshot(&self) -> Result<(Vec<f64>, Vec<f64>, u64), StradsModelError> {
         if self.start.is_some() {
             return Err(StradsModelError::protocol(
                 "checkpoint with a round in flight",
@@ -226,8 +241,7 @@ impl LogisticGsWorkerCore {
         ))
     }
 
-    /// Continues from a [`Self::snapshot`].
-    pub fn restore(
+    fn restore(
         &mut self,
         (coefficients, margins, updates): (Vec<f64>, Vec<f64>, u64),
     ) -> Result<(), StradsModelError> {
@@ -266,14 +280,14 @@ pub struct Combination<'a> {
     pub l1: f64,
 }
 
-/// The objective and `||b||_1` after step `t`: `sum_i log(1 + exp(-y_i (m_i + t U_i)))
+/// The objective and `||b||_1` after step `t`: `sum_i loss(y_i, m_i + t U_i)
 /// + lambda ||b(t)||_1`, exactly (the margins the commit will produce).
-pub fn combined_objective(c: &Combination<'_>, t: f64) -> (f64, f64) {
+pub fn combined_objective<L: MarginLoss>(c: &Combination<'_>, t: f64) -> (f64, f64) {
     let loss: f64 = c
         .labels
         .iter()
         .zip(c.margins.iter().zip(c.sum))
-        .map(|(&y, (&m, &u))| log_one_plus_exp_neg(y * (m + t * u)))
+        .map(|(&y, (&m, &u))| L::row_loss(y, m + t * u))
         .sum();
     let l1 = c.l1
         + c.moved
@@ -316,19 +330,12 @@ pub fn overlap(deltas: &[&RowVector], n_rows: usize) -> Result<usize, StradsMode
 /// rows: the smooth part's derivative plus the L1 term's left derivative (at a coordinate
 /// the step sets to zero, `-|d_j|`). A derivative of at most 0 means the convex objective
 /// falls all the way to `t = 1`.
-pub fn objective_and_slope_at_one(c: &Combination<'_>) -> (f64, f64, f64) {
+pub fn objective_and_slope_at_one<L: MarginLoss>(c: &Combination<'_>) -> (f64, f64, f64) {
     let (mut loss, mut smooth) = (0.0f64, 0.0f64);
     for (&y, (&m, &u)) in c.labels.iter().zip(c.margins.iter().zip(c.sum)) {
-        // One exp for both terms, as `log_one_plus_exp_neg` and `sigmoid` compute them.
-        let z = y * (m + 1.0 * u);
-        let e = (-z.abs()).exp();
-        loss += (-z).max(0.0) + e.ln_1p();
-        let p = if z <= 0.0 {
-            1.0 / (1.0 + e)
-        } else {
-            e / (1.0 + e)
-        };
-        smooth -= y * u * p;
+        let (row, slope) = L::row_loss_slope(y, m + 1.0 * u);
+        loss += row;
+        smooth += u * slope;
     }
     let (mut l1, mut l1_slope) = (c.l1, 0.0f64);
     for &(start, swept) in c.moved {
@@ -348,8 +355,11 @@ pub fn objective_and_slope_at_one(c: &Combination<'_>) -> (f64, f64, f64) {
 /// `[0, 1]`, the objective being convex; one pass over the rows, the usual case) or when
 /// no row is shared (`omega() <= 1`, asked only then); otherwise the lowest of
 /// `1 / omega` (the safeguard) and a golden-section search on `[0, 1]`.
-pub fn combination_step(c: &Combination<'_>, omega: impl FnOnce() -> usize) -> (f64, f64, f64) {
-    let (f, l1, slope) = objective_and_slope_at_one(c);
+pub fn combination_step<L: MarginLoss>(
+    c: &Combination<'_>,
+    omega: impl FnOnce() -> usize,
+) -> (f64, f64, f64) {
+    let (f, l1, slope) = objective_and_slope_at_one::<L>(c);
     let at_one = (f, l1);
     if slope <= 0.0 {
         return (1.0, f, l1);
@@ -360,7 +370,7 @@ pub fn combination_step(c: &Combination<'_>, omega: impl FnOnce() -> usize) -> (
     }
     let mut best = (1.0, at_one);
     let consider = |t: f64, best: &mut (f64, (f64, f64))| {
-        let f = combined_objective(c, t);
+        let f = combined_objective::<L>(c, t);
         if f.0 < best.1.0 {
             *best = (t, f);
         }

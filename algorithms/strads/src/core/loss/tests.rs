@@ -23,8 +23,8 @@ fn design() -> (Vec<Column>, Vec<f64>, usize) {
     (columns, labels, n)
 }
 
-fn bound<L: Loss>(vals: &[f32]) -> f64 {
-    L::CURVATURE_BOUND * vals.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
+fn bound(curvature: f64, vals: &[f32]) -> f64 {
+    curvature * vals.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>()
 }
 
 fn hinge_objective(labels: &[f64], margins: &[f64], b: &[f64], lambda: f64) -> f64 {
@@ -45,8 +45,11 @@ fn the_squared_hinge_descends_at_every_step_and_reaches_its_optimality_condition
     let mut previous = hinge_objective(&labels, &margins, &b, lambda);
     for _ in 0..200 {
         for (j, (rows, vals)) in columns.iter().enumerate() {
-            let mut loss = SquaredHinge { labels: &labels };
-            let bound = bound::<SquaredHinge>(vals);
+            let mut loss = OnLabels {
+                labels: &labels,
+                loss: SquaredHinge,
+            };
+            let bound = bound(SquaredHinge::CURVATURE_BOUND, vals);
             cd_step(
                 &mut loss,
                 rows,
@@ -76,7 +79,10 @@ fn the_squared_hinge_descends_at_every_step_and_reaches_its_optimality_condition
         assert!((a - e).abs() <= 1e-12, "{a} vs {e}");
     }
     // Optimality: |g_j| <= lambda at zero, g_j = -lambda sign(b_j) elsewhere.
-    let loss = SquaredHinge { labels: &labels };
+    let loss = OnLabels {
+        labels: &labels,
+        loss: SquaredHinge,
+    };
     for ((rows, vals), &bj) in columns.iter().zip(&b) {
         let (g, _) = loss.gradient_curvature(rows, vals, &margins, 0.0);
         let violation = if bj == 0.0 {
@@ -101,20 +107,26 @@ fn each_loss_gradient_matches_its_finite_difference() {
             "{g} vs {numeric}"
         );
     };
-    let logistic = Logistic { labels: &labels };
+    let logistic = OnLabels {
+        labels: &labels,
+        loss: Logistic,
+    };
     let (g, h) = logistic.gradient_curvature(rows, vals, &margins, 0.0);
-    assert!(h > 0.0 && h <= bound::<Logistic>(vals));
+    assert!(h > 0.0 && h <= bound(Logistic::CURVATURE_BOUND, vals));
     check(g, &|d| logistic.loss_change(rows, vals, &margins, 0.0, d));
-    let hinge = SquaredHinge { labels: &labels };
+    let hinge = OnLabels {
+        labels: &labels,
+        loss: SquaredHinge,
+    };
     let (g, h) = hinge.gradient_curvature(rows, vals, &margins, 0.0);
-    assert!(h > 0.0 && h <= bound::<SquaredHinge>(vals));
+    assert!(h > 0.0 && h <= bound(SquaredHinge::CURVATURE_BOUND, vals));
     check(g, &|d| hinge.loss_change(rows, vals, &margins, 0.0, d));
     // Squared: the state is the residual, and the default change is exact.
     let mut sq = 0.0;
     let squared = Squared {
         sq_residual: &mut sq,
     };
-    let b = bound::<Squared>(vals);
+    let b = bound(1.0, vals);
     let (g, _) = squared.gradient_curvature(rows, vals, &margins, b);
     let exact = |d: f64| -> f64 {
         let mut r = margins.clone();
@@ -134,7 +146,7 @@ fn the_squared_step_is_the_exact_minimiser_and_keeps_the_squared_residual() {
     let (rows, vals) = &columns[1];
     let mut r: Vec<f64> = (0..n).map(|i| ((i * 3) % 5) as f64 - 2.0).collect();
     let mut sq: f64 = r.iter().map(|r| r * r).sum();
-    let norm = bound::<Squared>(vals);
+    let norm = bound(1.0, vals);
     let lambda = 0.7;
     let mut b = 0.2;
     let objective =

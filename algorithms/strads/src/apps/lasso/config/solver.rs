@@ -1,4 +1,4 @@
-//! The choice of solver in `[app.lasso]`.
+//! The choice of solver in `[app.lasso]` (and `[app.logistic]`), and the logistic job's loss.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,41 @@ impl std::fmt::Display for LassoSolver {
             LassoSolver::Scheduled => "scheduled",
             LassoSolver::GaussSeidel => "gauss-seidel",
         })
+    }
+}
+
+/// The loss of `petrel train logistic` (`loss`, `--loss`): every one runs on the
+/// Gauss-Seidel solver ([`crate::core::loss::MarginLoss`]); the scheduled solver is
+/// logistic only. The Lasso job has the squared loss and refuses the setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClassifierLoss {
+    /// `log(1 + exp(-y x^T b))`: L1 logistic regression.
+    #[default]
+    Logistic,
+    /// `max(0, 1 - y x^T b)^2`: the L1-regularised L2-loss SVM (liblinear's
+    /// `L1R_L2LOSS_SVC`).
+    SquaredHinge,
+}
+
+impl ClassifierLoss {
+    /// Its name in the settings.
+    pub fn name(self) -> &'static str {
+        use crate::core::loss::{Logistic, MarginLoss, SquaredHinge};
+        match self {
+            ClassifierLoss::Logistic => Logistic::NAME,
+            ClassifierLoss::SquaredHinge => SquaredHinge::NAME,
+        }
+    }
+
+    /// `|d loss / dm|` at `m = 0`: `lambda_max = this * max_j |x_j^T y|` (the smallest
+    /// lambda with an all-zero solution).
+    pub fn slope_at_zero(self) -> f64 {
+        use crate::core::loss::{Logistic, MarginLoss, SquaredHinge};
+        match self {
+            ClassifierLoss::Logistic => Logistic::SLOPE_AT_ZERO,
+            ClassifierLoss::SquaredHinge => SquaredHinge::SLOPE_AT_ZERO,
+        }
     }
 }
 

@@ -2,7 +2,9 @@ use super::super::{load, logistic_lambda};
 use super::*;
 use crate::apps::lasso::SyntheticLasso;
 use crate::core::baseline::tests::solve;
-use crate::core::baseline::{CdStop, CyclicLogistic};
+use crate::core::baseline::{CdStop, CyclicMargin};
+use crate::core::loss::{Logistic, SquaredHinge};
+use crate::kit::StradsSettings;
 use crate::kit::serial::Delivery;
 
 fn job(nnz_per_column: usize) -> LassoSettings {
@@ -42,7 +44,7 @@ fn one_worker_is_the_baseline_update_for_update() {
         let job = job(nnz);
         let (x, labels) = load(&job).unwrap();
         let lambda = logistic_lambda(&x, &labels, &job);
-        let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+        let mut cd = CyclicMargin::<Logistic>::new(&x, &labels, lambda).unwrap();
         let report = solve(&mut cd, &CdStop::default());
         let (sched, _) = crate::kit::run_serial::<LogisticGsApp>(&job, 1, Delivery::Late).unwrap();
         let m = sched.metrics();
@@ -66,7 +68,7 @@ fn several_workers_lower_the_objective_every_round_to_the_baselines_optimum() {
         let job = job(nnz);
         let (x, labels) = load(&job).unwrap();
         let lambda = logistic_lambda(&x, &labels, &job);
-        let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+        let mut cd = CyclicMargin::<Logistic>::new(&x, &labels, lambda).unwrap();
         let optimum = solve(&mut cd, &CdStop::default()).objective;
         for workers in [2, 4] {
             let (sched, _) =
@@ -133,4 +135,51 @@ fn a_scheduler_refuses_answers_that_do_not_fit_the_design() {
     };
     let err = sched.pull(1, vec![bad], Duration::ZERO).unwrap_err();
     assert!(err.to_string().contains("600 features"), "{err}");
+}
+
+#[test]
+fn the_loss_setting_picks_the_kernels_loss_and_only_the_logistic_job_takes_it() {
+    let hinge: LassoSettings = toml::from_str("loss = \"squared-hinge\"").unwrap();
+    assert_eq!(hinge.loss, Some(ClassifierLoss::SquaredHinge));
+    <LogisticApp as StradsJob>::validate_config(&hinge).unwrap();
+    // The Lasso's loss is the squared loss.
+    let err = hinge.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("loss") && err.contains("logistic only"),
+        "{err}"
+    );
+    // The scheduled solver is logistic only: refused naming both settings.
+    let scheduled = LassoSettings {
+        solver: crate::apps::lasso::LassoSolver::Scheduled,
+        ..hinge.clone()
+    };
+    let err = <LogisticApp as StradsJob>::validate_config(&scheduled)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("loss") && err.contains("solver"), "{err}");
+    // One worker runs the kernel's squared-hinge baseline, update for update, at the
+    // squared hinge's lambda_max (4 times the logistic one).
+    let job = LassoSettings {
+        loss: Some(ClassifierLoss::SquaredHinge),
+        ..job(6)
+    };
+    let (x, labels) = load(&job).unwrap();
+    let lambda = logistic_lambda(&x, &labels, &job);
+    assert_eq!(
+        lambda,
+        4.0 * logistic_lambda(
+            &x,
+            &labels,
+            &LassoSettings {
+                loss: None,
+                ..job.clone()
+            }
+        )
+    );
+    let mut cd = CyclicMargin::<SquaredHinge>::new(&x, &labels, lambda).unwrap();
+    let report = solve(&mut cd, &CdStop::default());
+    let (sched, _) = crate::kit::run_serial::<LogisticGsApp>(&job, 1, Delivery::Late).unwrap();
+    assert_eq!(sched.metrics().final_objective, report.objective);
+    assert_eq!(sched.coefficients(), cd.coefficients_f64());
+    assert!(sched.metrics().nonzeros > 0);
 }

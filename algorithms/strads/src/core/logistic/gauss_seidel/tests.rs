@@ -1,6 +1,7 @@
 use super::*;
 use crate::core::baseline::tests::solve;
 use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
+use crate::core::loss::{Logistic, SquaredHinge};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 
 fn problem(n: usize, d: usize, seed: u64) -> (SparseColumns, Vec<f32>) {
@@ -18,7 +19,7 @@ fn problem(n: usize, d: usize, seed: u64) -> (SparseColumns, Vec<f32>) {
 /// The scheduler's side of a run, in plain code: blocks of about equal width, every
 /// round combined with [`combination_step`]. Returns the objective after every round,
 /// the updates and the coefficients.
-fn run_blocks(
+fn run_blocks<L: MarginLoss>(
     x: &SparseColumns,
     labels: &[f32],
     lambda: f32,
@@ -27,9 +28,9 @@ fn run_blocks(
 ) -> (Vec<f64>, u64, Vec<f64>) {
     let d = x.n_columns();
     let cuts: Vec<usize> = (0..=workers).map(|p| p * d / workers).collect();
-    let mut cores: Vec<LogisticGsWorkerCore> = (0..workers)
+    let mut cores: Vec<MarginGsWorkerCore<L>> = (0..workers)
         .map(|p| {
-            LogisticGsWorkerCore::new(
+            MarginGsWorkerCore::new(
                 x.columns(cuts[p]..cuts[p + 1]),
                 labels,
                 lambda,
@@ -46,7 +47,7 @@ fn run_blocks(
     let mut margins = vec![0.0; x.n_rows];
     let mut b = vec![0.0f64; d];
     let mut l1 = 0.0;
-    let mut objective = y.iter().map(|_| 2f64.ln()).sum::<f64>();
+    let mut objective = y.iter().map(|&y| L::row_loss(y, 0.0)).sum::<f64>();
     let mut trace = vec![objective];
     for _ in 0..200 {
         let order = LogisticSweepOrder {
@@ -84,7 +85,7 @@ fn run_blocks(
                 .flat_map(|s| s.changed.iter().zip(&s.values))
                 .map(|(&j, &v)| (b[j as usize], v))
                 .collect();
-            let (t, f, new_l1) = combination_step(
+            let (t, f, new_l1) = combination_step::<L>(
                 &Combination {
                     labels: &y,
                     margins: &margins,
@@ -98,7 +99,7 @@ fn run_blocks(
             // Never worse than the safeguard's guarantee.
             let own: f64 = swept.iter().map(|s| s.phase.objective - objective).sum();
             assert!(
-                f <= objective + own / omega as f64 + 1e-9 * objective.abs(),
+                f <= objective + own / omega.max(1) as f64 + 1e-9 * objective.abs(),
                 "{f} against {objective} + {own} / {omega}"
             );
             for s in &swept {
@@ -132,14 +133,14 @@ fn run_blocks(
 fn one_worker_makes_the_baselines_updates_and_model_bit_for_bit() {
     let (x, labels) = problem(120, 60, 7);
     let lambda = 0.5;
-    let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+    let mut cd = CyclicMargin::<Logistic>::new(&x, &labels, lambda).unwrap();
     let stop = CdStop {
         tolerance: 1e-7,
         ..CdStop::default()
     };
     let report = solve(&mut cd, &stop);
     assert_eq!(report.outcome, CdOutcome::Converged);
-    let (trace, updates, b) = run_blocks(&x, &labels, lambda, 1, 1e-7);
+    let (trace, updates, b) = run_blocks::<Logistic>(&x, &labels, lambda, 1, 1e-7);
     assert_eq!(updates, report.updates);
     assert_eq!(*trace.last().unwrap(), report.objective);
     assert_eq!(b, cd.coefficients_f64());
@@ -149,7 +150,7 @@ fn one_worker_makes_the_baselines_updates_and_model_bit_for_bit() {
 fn several_workers_descend_every_round_to_the_baselines_optimum() {
     let (x, labels) = problem(150, 90, 3);
     let lambda = 0.3;
-    let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+    let mut cd = CyclicMargin::<Logistic>::new(&x, &labels, lambda).unwrap();
     let optimum = solve(
         &mut cd,
         &CdStop {
@@ -159,7 +160,7 @@ fn several_workers_descend_every_round_to_the_baselines_optimum() {
     )
     .objective;
     for workers in [2, 3] {
-        let (trace, _, b) = run_blocks(&x, &labels, lambda, workers, 1e-9);
+        let (trace, _, b) = run_blocks::<Logistic>(&x, &labels, lambda, workers, 1e-9);
         assert!(
             trace.windows(2).all(|w| w[1] <= w[0]),
             "{workers} workers: {trace:?}"
@@ -171,6 +172,63 @@ fn several_workers_descend_every_round_to_the_baselines_optimum() {
         );
         assert!(b.iter().any(|v| *v != 0.0));
     }
+}
+
+/// The largest violation of the L1 optimality conditions of `sum_i loss(y_i, x_i^T b) +
+/// lambda ||b||_1`: `|g_j| <= lambda` where `b_j = 0`, `g_j = -lambda sign(b_j)` elsewhere.
+fn kkt_violation<L: MarginLoss>(x: &SparseColumns, labels: &[f32], b: &[f64], lambda: f64) -> f64 {
+    let y: Vec<f64> = labels
+        .iter()
+        .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
+        .collect();
+    let mut m = vec![0.0f64; x.n_rows];
+    for (j, &bj) in b.iter().enumerate() {
+        let (rows, vals) = x.column(j);
+        for (&i, &v) in rows.iter().zip(vals) {
+            m[i as usize] += f64::from(v) * bj;
+        }
+    }
+    (0..x.n_columns())
+        .map(|j| {
+            let (rows, vals) = x.column(j);
+            let g: f64 = rows
+                .iter()
+                .zip(vals)
+                .map(|(&i, &v)| f64::from(v) * L::row_loss_slope(y[i as usize], m[i as usize]).1)
+                .sum();
+            if b[j] != 0.0 {
+                (g + lambda * b[j].signum()).abs()
+            } else {
+                (g.abs() - lambda).max(0.0)
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn the_squared_hinge_runs_on_the_same_kernel_to_its_optimum_with_one_or_three_workers() {
+    let (x, labels) = problem(160, 60, 5);
+    let signs: Vec<f32> = labels
+        .iter()
+        .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
+        .collect();
+    let lambda_max = SquaredHinge::SLOPE_AT_ZERO * crate::apps::lasso::lambda_max(&x, &signs);
+    let lambda = (0.1 * lambda_max) as f32;
+    let (lone, _, b1) = run_blocks::<SquaredHinge>(&x, &labels, lambda, 1, 1e-13);
+    let (three, _, b3) = run_blocks::<SquaredHinge>(&x, &labels, lambda, 3, 1e-13);
+    assert!(three.windows(2).all(|w| w[1] <= w[0]), "{three:?}");
+    let (f1, f3) = (*lone.last().unwrap(), *three.last().unwrap());
+    assert!((f1 - f3).abs() <= 1e-6 * f1, "one worker {f1}, three {f3}");
+    assert!(b1.iter().any(|v| *v != 0.0) && b1.contains(&0.0));
+    let lambda = f64::from(lambda);
+    for b in [&b1, &b3] {
+        let kkt = kkt_violation::<SquaredHinge>(&x, &labels, b, lambda);
+        assert!(kkt <= 1e-3 * lambda, "kkt {kkt}, lambda {lambda}");
+    }
+    // Above lambda_max the optimum is b = 0.
+    let zero = (1.01 * lambda_max) as f32;
+    let (_, _, b0) = run_blocks::<SquaredHinge>(&x, &labels, zero, 3, 1e-13);
+    assert!(b0.iter().all(|v| *v == 0.0));
 }
 
 #[test]
@@ -186,22 +244,25 @@ fn the_step_is_one_without_shared_rows_and_the_best_of_the_line_otherwise() {
         lambda: 0.1,
         l1: 0.0,
     };
-    assert_eq!(combination_step(&c, || 1).0, 1.0);
-    let (t, f, l1) = combination_step(&c, || 2);
+    assert_eq!(combination_step::<Logistic>(&c, || 1).0, 1.0);
+    let (t, f, l1) = combination_step::<Logistic>(&c, || 2);
     // Large margins lower the loss: the longest step is the best, and nothing beats it.
     assert_eq!(t, 1.0);
-    assert_eq!((f, l1), combined_objective(&c, 1.0));
-    let at_one = objective_and_slope_at_one(&c);
-    assert_eq!((at_one.0, at_one.1), combined_objective(&c, 1.0));
+    assert_eq!((f, l1), combined_objective::<Logistic>(&c, 1.0));
+    let at_one = objective_and_slope_at_one::<Logistic>(&c);
+    assert_eq!(
+        (at_one.0, at_one.1),
+        combined_objective::<Logistic>(&c, 1.0)
+    );
     // A step that overshoots: the loss along t has its minimum inside (0, 1).
     let over = [4.0, 4.0, 4.0];
     let c = Combination { sum: &over, ..c };
-    let (t, f, _) = combination_step(&c, || 2);
+    let (t, f, _) = combination_step::<Logistic>(&c, || 2);
     assert!(t > 0.0 && t < 1.0, "{t}");
     for probe in [0.0, 0.25, 0.5, 0.75, 1.0] {
-        assert!(f <= combined_objective(&c, probe).0, "{probe}");
+        assert!(f <= combined_objective::<Logistic>(&c, probe).0, "{probe}");
     }
-    assert!(objective_and_slope_at_one(&c).2 > 0.0);
+    assert!(objective_and_slope_at_one::<Logistic>(&c).2 > 0.0);
 }
 
 #[test]
@@ -220,8 +281,10 @@ fn the_slope_at_one_is_the_objectives_left_derivative() {
         l1: 0.7,
     };
     let h = 1e-6;
-    let numeric = (combined_objective(&c, 1.0).0 - combined_objective(&c, 1.0 - h).0) / h;
-    let slope = objective_and_slope_at_one(&c).2;
+    let numeric = (combined_objective::<Logistic>(&c, 1.0).0
+        - combined_objective::<Logistic>(&c, 1.0 - h).0)
+        / h;
+    let slope = objective_and_slope_at_one::<Logistic>(&c).2;
     assert!((numeric - slope).abs() < 1e-4, "{numeric} {slope}");
 }
 
@@ -244,7 +307,7 @@ fn overlap_counts_the_workers_touching_a_row_and_refuses_bad_rows() {
 #[test]
 fn a_lone_worker_refuses_a_combined_commit_and_a_commit_without_a_round() {
     let (x, labels) = problem(40, 10, 1);
-    let mut core = LogisticGsWorkerCore::new(x, &labels, 0.1, 0, false).unwrap();
+    let mut core = MarginGsWorkerCore::<Logistic>::new(x, &labels, 0.1, 0, false).unwrap();
     assert!(core.commit(1.0, None).is_err());
     let order = LogisticSweepOrder {
         full: true,
@@ -263,9 +326,9 @@ fn a_lone_worker_refuses_a_combined_commit_and_a_commit_without_a_round() {
 }
 
 // Only the tests read this.
-impl LogisticGsWorkerCore {
+impl<L: MarginLoss> MarginGsWorkerCore<L> {
     /// The block's solver (its coefficients, margins and counts).
-    pub(crate) fn solver(&self) -> &CyclicLogistic {
+    pub(crate) fn solver(&self) -> &CyclicMargin<L> {
         &self.cd
     }
 }
