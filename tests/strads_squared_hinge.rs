@@ -57,17 +57,29 @@ fn squared_hinge_trains_serially_and_over_workers_to_one_optimum() {
         (recomputed - b).abs() <= 1e-5 * b,
         "{recomputed} from coefficients.tsv, {b} in metrics.json"
     );
-    // `petrel eval` classifies by the margin's sign, whatever the loss.
-    let stdout = ok(&[
-        "eval",
-        "logistic",
-        "--model",
-        serial.to_str().unwrap(),
-        "--data",
-        data("classes.test").to_str().unwrap(),
-    ]);
-    let figures = &last_json_line(&stdout)["figures"];
-    assert!(f(figures, "accuracy") > 0.8, "{figures}");
+    // `petrel eval` classifies by the margin's sign and scores the model by its own loss:
+    // on the training file, the objective the job minimised.
+    let eval = |file: &str| {
+        let stdout = ok(&[
+            "eval",
+            "logistic",
+            "--model",
+            serial.to_str().unwrap(),
+            "--data",
+            data(file).to_str().unwrap(),
+        ]);
+        last_json_line(&stdout)["figures"].clone()
+    };
+    let figures = eval("classes.test");
+    assert!(f(&figures, "accuracy") > 0.8, "{figures}");
+    let figures = eval("classes.train");
+    assert!(figures.get("log_loss").is_none(), "{figures}");
+    assert!(f(&figures, "squared_hinge") > 0.0, "{figures}");
+    let evaluated = f(&figures, "objective");
+    assert!(
+        (evaluated - b).abs() <= 1e-5 * b,
+        "eval's objective {evaluated}, training's {b}"
+    );
 }
 
 #[test]

@@ -376,11 +376,8 @@ impl StradsTrainApp for LogisticApp {
             .map_err(super::StradsTrainError::from)?)
     }
     fn summary(job: &LassoSettings, m: &LogisticMetrics, out: &str) -> String {
-        // The loss is named when it is not the job's default.
-        let loss = match job.loss {
-            Some(loss) if loss != ClassifierLoss::Logistic => format!(" ({} loss)", loss.name()),
-            _ => String::new(),
-        };
+        let loss = job.loss.filter(|&l| l != ClassifierLoss::Logistic);
+        let loss = loss.map_or(String::new(), |l| format!(" ({} loss)", l.name()));
         format!(
             "logistic{loss} {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {out}",
             m.mode,

@@ -16,7 +16,7 @@ use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::job::InvalidSetting;
 use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings, multi};
-use petrel_strads::{StradsError, StradsJob, StradsModelError};
+use petrel_strads::{StradsError, StradsJob};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -28,9 +28,6 @@ pub enum StradsTrainError {
     /// The job itself failed.
     #[error(transparent)]
     Strads(#[from] StradsError),
-    /// A model rejected its input (benchmarks' reference runs).
-    #[error(transparent)]
-    Model(#[from] StradsModelError),
     /// The cluster failed.
     #[error(transparent)]
     Node(#[from] NodeError),
@@ -478,11 +475,9 @@ fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
 /// `job` as a job file: `[app.<section>]` with every value.
 pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
     let encode = |e| TrainError::Job(jobfile::JobFileError::Encode(e));
-    let mut sections = toml::Table::new();
     let value = toml::Value::try_from(section_value(job)?).map_err(encode)?;
-    sections.insert(section.to_string(), value);
-    let mut top = toml::Table::new();
-    top.insert("app".into(), toml::Value::Table(sections));
+    let app = toml::Table::from_iter([(section.to_string(), value)]);
+    let top = toml::Table::from_iter([("app".to_string(), toml::Value::Table(app))]);
     toml::to_string(&top).map_err(encode)
 }
 

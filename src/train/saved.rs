@@ -284,12 +284,16 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
                         out.push_str(&format!("{}\t{}\n", r + 1, m.predict(x)));
                     }
                 }
-                petrel_ml::model::LinearTask::BinaryClassification => {
+                classification => {
                     // `positive` is 1 for the positive class (training labels > 0), else 0.
-                    out.push_str("row\tpositive\tprobability\n");
+                    let (name, threshold) = match classification {
+                        petrel_ml::model::LinearTask::BinaryClassification => ("probability", 0.5),
+                        _ => ("margin", 0.0),
+                    };
+                    out.push_str(&format!("row\tpositive\t{name}\n"));
                     for (r, x) in data.rows.iter().enumerate() {
                         let p = m.predict(x);
-                        out.push_str(&format!("{}\t{}\t{p}\n", r + 1, u8::from(p >= 0.5)));
+                        out.push_str(&format!("{}\t{}\t{p}\n", r + 1, u8::from(p >= threshold)));
                     }
                 }
             }

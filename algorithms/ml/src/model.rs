@@ -77,6 +77,9 @@ pub enum LinearTask {
     Regression,
     /// The probability of the positive class: `sigmoid(intercept + x . w)`.
     BinaryClassification,
+    /// The class by the sign of the margin `intercept + x . w`, trained under the squared
+    /// hinge `max(0, 1 - y m)^2` (an L1-regularised L2-loss SVM).
+    SquaredHingeClassification,
 }
 
 /// Lasso or binary logistic regression.
@@ -608,17 +611,18 @@ impl LinearModel {
                 .sum::<f64>()
     }
 
-    /// The prediction for `x`: the value (regression) or the positive class's probability.
+    /// The prediction for `x`: the value (regression), the positive class's probability
+    /// (logistic) or the margin (squared hinge).
     pub fn predict(&self, x: &SparseRow) -> f64 {
         match self.task {
-            LinearTask::Regression => self.score(x),
+            LinearTask::Regression | LinearTask::SquaredHingeClassification => self.score(x),
             LinearTask::BinaryClassification => sigmoid(self.score(x)),
         }
     }
 
     /// Held-out figures on `data`: `mse`, `rmse`, `r2` and the training `objective` for
-    /// regression; `accuracy`, `log_loss` (mean) and `objective` for classification (labels
-    /// > 0 positive).
+    /// regression; `accuracy`, `log_loss` or `squared_hinge` (mean) and `objective` for
+    /// classification (labels > 0 positive).
     pub fn evaluate(&self, data: &SparseDataset) -> Figures {
         let l1 = self
             .coefficients
@@ -674,6 +678,22 @@ pub fn linear_figures(
             vec![
                 ("accuracy", correct as f64 / n),
                 ("log_loss", loss / n),
+                ("objective", loss + l1),
+                ("rows", data.rows.len() as f64),
+            ]
+        }
+        LinearTask::SquaredHingeClassification => {
+            let (mut correct, mut loss) = (0usize, 0.0f64);
+            for (x, &y) in data.rows.iter().zip(&data.labels) {
+                let m = score(x);
+                let positive = y > 0.0;
+                correct += usize::from((m >= 0.0) == positive);
+                let sign = if positive { 1.0 } else { -1.0 };
+                loss += (1.0 - sign * m).max(0.0).powi(2);
+            }
+            vec![
+                ("accuracy", correct as f64 / n),
+                ("squared_hinge", loss / n),
                 ("objective", loss + l1),
                 ("rows", data.rows.len() as f64),
             ]

@@ -9,8 +9,8 @@
 //! `loss` ([`ClassifierLoss`]) picks the margin loss: `logistic` (the default) or
 //! `squared-hinge` (an L1-regularised L2-loss SVM), both on the one Gauss-Seidel solver
 //! ([`gs`], [`crate::core::loss::MarginLoss`]); the scheduled solver is logistic only. The
-//! saved model is a linear classifier either way (`petrel eval` scores it by the margin's
-//! sign; its `log_loss` reads the margins as logistic ones).
+//! saved model records its loss, so `petrel eval` reports `log_loss` or `squared_hinge`
+//! and the objective the job minimised.
 //!
 //! Roles `strads-logistic-scheduler` / `strads-logistic-worker`; outputs
 //! `coefficients.tsv` (LIBSVM 1-based feature numbers) and `metrics.json`.

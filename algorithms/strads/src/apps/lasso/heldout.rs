@@ -154,7 +154,11 @@ mod tests {
 
     #[test]
     fn figures_are_the_final_evaluation_s_with_overrides_applied() {
-        for task in [LinearTask::Regression, LinearTask::BinaryClassification] {
+        for task in [
+            LinearTask::Regression,
+            LinearTask::BinaryClassification,
+            LinearTask::SquaredHingeClassification,
+        ] {
             let h = heldout(task);
             let b = [2.0f32, 0.5, -1.0];
             let l1 = 3.5;
@@ -177,6 +181,7 @@ mod tests {
             let key = match task {
                 LinearTask::Regression => "heldout_mse",
                 LinearTask::BinaryClassification => "heldout_log_loss",
+                LinearTask::SquaredHingeClassification => "heldout_squared_hinge",
             };
             assert!(at.contains_key(key) && !at.contains_key("heldout_rows"));
         }

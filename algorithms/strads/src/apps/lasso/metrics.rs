@@ -341,7 +341,7 @@ pub fn linear_model(
 ) -> Result<petrel_ml::model::SavedModel, StradsError> {
     use petrel_ml::model::{LinearModel, LinearTask, ModelParams, SavedModel};
     let task = if app == "logistic" {
-        LinearTask::BinaryClassification
+        job.loss.unwrap_or_default().task()
     } else {
         LinearTask::Regression
     };

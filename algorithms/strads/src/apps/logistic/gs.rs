@@ -160,11 +160,7 @@ impl LogisticGsScheduling {
             .into());
         }
         let lambda = logistic_lambda_from_max(job, design.lambda_max);
-        let heldout = LinearHeldout::of(
-            job,
-            petrel_ml::model::LinearTask::BinaryClassification,
-            lambda,
-        )?;
+        let heldout = LinearHeldout::of(job, job.loss.unwrap_or_default().task(), lambda)?;
         let labels: Vec<f64> = design.y.iter().map(|&l| f64::from(l)).collect();
         let loss_kind = job.loss.unwrap_or_default();
         // The baseline's start, computed the same way: b = 0.

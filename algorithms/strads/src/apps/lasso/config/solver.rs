@@ -44,6 +44,16 @@ pub enum ClassifierLoss {
 }
 
 impl ClassifierLoss {
+    /// The saved model's task: how `petrel eval` and `predict` read its margins.
+    pub fn task(self) -> petrel_ml::model::LinearTask {
+        match self {
+            ClassifierLoss::Logistic => petrel_ml::model::LinearTask::BinaryClassification,
+            ClassifierLoss::SquaredHinge => {
+                petrel_ml::model::LinearTask::SquaredHingeClassification
+            }
+        }
+    }
+
     /// Its name in the settings.
     pub fn name(self) -> &'static str {
         use crate::core::loss::{Logistic, MarginLoss, SquaredHinge};
