@@ -1,5 +1,4 @@
 use super::*;
-use crate::core::logistic::sigmoid;
 use crate::core::loss::{Logistic, MarginLoss};
 
 // The logistic yardstick's loop (full sweeps, each followed by its active phase), as the
@@ -84,9 +83,14 @@ fn two_classes(
     (p.dataset.to_columns(), p.dataset.labels)
 }
 
-/// Subgradient optimality of L1 logistic regression: `|g_j| <= lambda` where `b_j = 0`,
-/// `g_j = -lambda sign(b_j)` elsewhere, with `g = X^T (-y sigmoid(-y m))`.
-fn logistic_kkt(x: &SparseColumns, labels: &[f32], b: &[f32], lambda: f64) -> f64 {
+/// The largest violation of the L1 optimality conditions of `sum_i loss(y_i, x_i^T b) +
+/// lambda ||b||_1`: `|g_j| <= lambda` where `b_j = 0`, `g_j = -lambda sign(b_j)` elsewhere.
+pub(crate) fn kkt_violation<L: MarginLoss>(
+    x: &SparseColumns,
+    labels: &[f32],
+    b: &[f64],
+    lambda: f64,
+) -> f64 {
     let y: Vec<f64> = labels
         .iter()
         .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
@@ -95,7 +99,7 @@ fn logistic_kkt(x: &SparseColumns, labels: &[f32], b: &[f32], lambda: f64) -> f6
     for (j, &bj) in b.iter().enumerate() {
         let (rows, vals) = x.column(j);
         for (&i, &v) in rows.iter().zip(vals) {
-            m[i as usize] += f64::from(v) * f64::from(bj);
+            m[i as usize] += f64::from(v) * bj;
         }
     }
     (0..x.n_columns())
@@ -104,13 +108,10 @@ fn logistic_kkt(x: &SparseColumns, labels: &[f32], b: &[f32], lambda: f64) -> f6
             let g: f64 = rows
                 .iter()
                 .zip(vals)
-                .map(|(&i, &v)| {
-                    let (yi, mi) = (y[i as usize], m[i as usize]);
-                    -yi * f64::from(v) * sigmoid(-yi * mi)
-                })
+                .map(|(&i, &v)| f64::from(v) * L::row_loss_slope(y[i as usize], m[i as usize]).1)
                 .sum();
             if b[j] != 0.0 {
-                (g + lambda * f64::from(b[j].signum())).abs()
+                (g + lambda * b[j].signum()).abs()
             } else {
                 (g.abs() - lambda).max(0.0)
             }
@@ -151,7 +152,8 @@ fn logistic_reaches_the_optimality_conditions_and_beats_the_bound_steps() {
     assert_eq!(report.outcome, CdOutcome::Converged, "{report:?}");
     let b = cd.coefficients();
     assert!(b.iter().any(|&v| v != 0.0));
-    let kkt = logistic_kkt(&x, &labels, &b, lambda);
+    let b64: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+    let kkt = kkt_violation::<Logistic>(&x, &labels, &b64, lambda);
     assert!(kkt < 1e-3 * lambda, "kkt {kkt} lambda {lambda}");
     assert!(cd.training_accuracy() > 0.9);
     // The STRADS core's bound steps, one coordinate a round, do not get lower.
@@ -212,7 +214,12 @@ fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
         }
         objective = previous;
     }
-    let kkt = logistic_kkt(&x, &labels, &shrinking.coefficients(), f64::from(lambda));
+    let b64: Vec<f64> = shrinking
+        .coefficients()
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect();
+    let kkt = kkt_violation::<Logistic>(&x, &labels, &b64, f64::from(lambda));
     assert!(kkt < 1e-3 * f64::from(lambda), "kkt {kkt}");
     assert!(
         (report.objective - objective).abs() <= 1e-6 * objective,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::baseline::tests::solve;
+use crate::core::baseline::tests::{kkt_violation, solve};
 use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
 use crate::core::loss::{Logistic, SquaredHinge};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
@@ -172,37 +172,6 @@ fn several_workers_descend_every_round_to_the_baselines_optimum() {
         );
         assert!(b.iter().any(|v| *v != 0.0));
     }
-}
-
-/// The largest violation of the L1 optimality conditions of `sum_i loss(y_i, x_i^T b) +
-/// lambda ||b||_1`: `|g_j| <= lambda` where `b_j = 0`, `g_j = -lambda sign(b_j)` elsewhere.
-fn kkt_violation<L: MarginLoss>(x: &SparseColumns, labels: &[f32], b: &[f64], lambda: f64) -> f64 {
-    let y: Vec<f64> = labels
-        .iter()
-        .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
-        .collect();
-    let mut m = vec![0.0f64; x.n_rows];
-    for (j, &bj) in b.iter().enumerate() {
-        let (rows, vals) = x.column(j);
-        for (&i, &v) in rows.iter().zip(vals) {
-            m[i as usize] += f64::from(v) * bj;
-        }
-    }
-    (0..x.n_columns())
-        .map(|j| {
-            let (rows, vals) = x.column(j);
-            let g: f64 = rows
-                .iter()
-                .zip(vals)
-                .map(|(&i, &v)| f64::from(v) * L::row_loss_slope(y[i as usize], m[i as usize]).1)
-                .sum();
-            if b[j] != 0.0 {
-                (g + lambda * b[j].signum()).abs()
-            } else {
-                (g.abs() - lambda).max(0.0)
-            }
-        })
-        .fold(0.0, f64::max)
 }
 
 #[test]
