@@ -3,13 +3,13 @@
 //! takes them for its bar; the last point shown is in the launch report. (Standard error
 //! is not a terminal here, so indicatif draws nothing; the channel and state are real.)
 
-use petrel::launcher::{self, ChildCommand, LaunchOptions};
+use petrel::launcher;
 use petrel_actors::Settings;
 use std::time::Duration;
 
 use crate::common;
 
-use common::PETREL;
+use common::fixtures::lasso_section;
 
 fn lasso_settings(out: &std::path::Path) -> Settings {
     let text = format!(
@@ -32,39 +32,17 @@ roles = ["strads-lasso-worker"]
 name = "w1"
 addr = "127.0.0.1:0"
 roles = ["strads-lasso-worker"]
-
-[app.lasso]
-block_size = 8
-candidate_pool = 32
-rho = 0.3
-depth = 2
-max_rounds = 300
-eval_every = 50
-gap_tolerance = 1e-12
-out_dir = "{out}/lasso"
-
-[app.lasso.synthetic]
-n_samples = 100
-n_features = 200
-seed = 3
-"#,
-        out = out.display()
+{lasso}"#,
+        lasso = lasso_section(out, 300, 100, 200, 3)
     );
     Settings::from_toml(&text).unwrap()
 }
 
 fn run(dir: &std::path::Path, progress: bool) -> launcher::LaunchReport {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime(1);
     rt.block_on(async {
-        let mut opts = LaunchOptions::new().unwrap();
-        opts.child = ChildCommand::PetrelNode {
-            program: PETREL.into(),
-        };
-        opts.run_dir = Some(dir.join(if progress { "run-bar" } else { "run-lines" }));
+        let mut opts =
+            common::node_processes(dir.join(if progress { "run-bar" } else { "run-lines" }));
         opts.progress = progress;
         opts.progress_points = None;
         launcher::start(lasso_settings(dir), opts)

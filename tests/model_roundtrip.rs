@@ -482,6 +482,28 @@ fn ps_histories_start_with_the_untrained_model_at_step_0() {
     assert!(f(&metrics["final"], "test_log_loss") < initial);
 }
 
+/// One-worker Lassos on `file` with `lambda` (and `extra` flags), in this process and over
+/// the in-memory transport: each transport's name and output directory.
+fn one_worker_lassos<'a>(
+    dir: &Path,
+    file: &Path,
+    lambda: f64,
+    extra: &[&str],
+) -> Vec<(&'a str, std::path::PathBuf)> {
+    let (file, lambda) = (file.to_str().unwrap(), lambda.to_string());
+    ["none", "memory"]
+        .into_iter()
+        .map(|transport| {
+            let out = dir.join(transport);
+            let mut args = vec!["--data", file, "--lambda", &lambda, "--workers", "1"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--transport", transport]);
+            train("lasso", &out, &args);
+            (transport, out)
+        })
+        .collect()
+}
+
 #[test]
 fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
     // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
@@ -499,22 +521,7 @@ fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
     let soft = |z: f64| z.signum() * (z.abs() - lambda).max(0.0);
     let expected = [soft(13.0) / 5.0, soft(-5.0) / 2.0, soft(0.25) / 0.5];
     assert_eq!(expected, [2.0, -1.0, 0.0]);
-    for transport in ["none", "memory"] {
-        let out = dir.path().join(transport);
-        train(
-            "lasso",
-            &out,
-            &[
-                "--data",
-                file.to_str().unwrap(),
-                "--lambda",
-                &lambda.to_string(),
-                "--workers",
-                "1",
-                "--transport",
-                transport,
-            ],
-        );
+    for (transport, out) in one_worker_lassos(dir.path(), &file, lambda, &[]) {
         let got: Vec<f64> = std::fs::read_to_string(out.join("coefficients.tsv"))
             .unwrap()
             .lines()
@@ -557,23 +564,7 @@ fn lasso_fit_intercept_matches_the_closed_form_of_one_centred_feature() {
     let b = z.signum() * (z.abs() - lambda).max(0.0) / norm;
     let b0 = my - mx * b;
     assert!(b > 1.0 && b0 > 10.0, "{b} {b0}");
-    for transport in ["none", "memory"] {
-        let out = dir.path().join(transport);
-        train(
-            "lasso",
-            &out,
-            &[
-                "--data",
-                file.to_str().unwrap(),
-                "--lambda",
-                &lambda.to_string(),
-                "--fit-intercept",
-                "--workers",
-                "1",
-                "--transport",
-                transport,
-            ],
-        );
+    for (transport, out) in one_worker_lassos(dir.path(), &file, lambda, &["--fit-intercept"]) {
         let model = model(&out);
         let got_b = model["params"]["coefficients"][0].as_f64().unwrap();
         let got_b0 = f(&model["params"], "intercept");

@@ -2,7 +2,7 @@
 //! and a P3 job at once; every node's `/metrics` is scraped while they run, and the series
 //! must move.
 
-use petrel::launcher::{self, ChildCommand, LaunchOptions};
+use petrel::launcher;
 use petrel::observe::scrape::{Series, http_get, parse_text};
 use petrel_actors::Settings;
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
-use common::{PETREL, dashboard_url, run_cmd};
+use common::{dashboard_url, run_cmd};
 
 /// One cluster, three jobs: `hub` runs the PS shard and monitor, the STRADS scheduler and
 /// the P3 shard; `w0` and `w1` run a worker of each. With `held_open_s`, the MF job runs
@@ -57,22 +57,7 @@ max_clocks = {max_clocks}
 max_seconds = {max_seconds}
 eval_every = 1
 out = "{out}/ps-mf"
-
-[app.lasso]
-block_size = 8
-candidate_pool = 32
-rho = 0.3
-depth = 2
-max_rounds = 1500
-eval_every = 50
-gap_tolerance = 1e-12
-out_dir = "{out}/lasso"
-
-[app.lasso.synthetic]
-n_samples = 200
-n_features = 1000
-seed = 7
-
+{lasso}
 [app.p3]
 mode = "p3"
 model = "resnet50"
@@ -85,7 +70,8 @@ shards = 1
 iterations = 30
 report_dir = "{out}/p3"
 "#,
-        out = out.display()
+        out = out.display(),
+        lasso = crate::common::fixtures::lasso_section(out, 1500, 200, 1000, 7)
     );
     Settings::from_toml(&text).unwrap()
 }
@@ -122,18 +108,9 @@ fn every_node_serves_metrics_that_move_during_a_run() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let settings = three_system_settings(dir.path(), None);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime(2);
     let scrapes: BTreeMap<String, Vec<Vec<Series>>> = rt.block_on(async {
-        let mut opts = LaunchOptions::new().unwrap();
-        opts.child = ChildCommand::PetrelNode {
-            program: PETREL.into(),
-        };
-        opts.run_dir = Some(dir.path().join("run"));
-        opts.progress = false;
+        let opts = common::node_processes(dir.path().join("run"));
         let running = launcher::start(settings, opts).await.unwrap();
         let targets = running.metrics_addrs().to_vec();
         assert_eq!(targets.len(), 3);

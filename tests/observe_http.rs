@@ -9,9 +9,9 @@
 //!   (grammar and the rules on families, histograms and counters), and CPython's
 //!   `prometheus_client` OpenMetrics parser when it is installed.
 
+use crate::common;
 use crate::common::fixtures::demo_cluster;
-use crate::common::{self, PETREL};
-use petrel::launcher::{self, ChildCommand, LaunchOptions};
+use petrel::launcher;
 use petrel::observe::scrape::http_get;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -673,19 +673,10 @@ const MUST_SEE: [(&str, &str); 10] = [
 fn every_node_kind_serves_strict_openmetrics() {
     let dir = tempfile::tempdir().unwrap();
     let settings = crate::observe::three_system_settings(dir.path(), None);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime(2);
     // Per node: the families seen in checked scrapes, and the scrape with the most.
     let (seen, richest) = rt.block_on(async {
-        let mut opts = LaunchOptions::new().unwrap();
-        opts.child = ChildCommand::PetrelNode {
-            program: PETREL.into(),
-        };
-        opts.run_dir = Some(dir.path().join("run"));
-        opts.progress = false;
+        let opts = common::node_processes(dir.path().join("run"));
         let running = launcher::start(settings, opts).await.unwrap();
         let targets = running.metrics_addrs().to_vec();
         let wait = tokio::spawn(running.wait(Some(Duration::from_secs(240))));

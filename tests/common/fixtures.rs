@@ -51,3 +51,27 @@ pub fn converging_lasso(out: &Path, depth: usize) -> LassoSettings {
         ..small_lasso(out, 150, 300)
     }
 }
+
+/// The `[app.lasso]` section of a pipelined synthetic Lasso that writes under `out`: the
+/// cluster tests' STRADS job, `rounds` long, on `rows` x `features` with `seed`.
+pub fn lasso_section(out: &Path, rounds: usize, rows: usize, features: usize, seed: u64) -> String {
+    format!(
+        r#"
+[app.lasso]
+block_size = 8
+candidate_pool = 32
+rho = 0.3
+depth = 2
+max_rounds = {rounds}
+eval_every = 50
+gap_tolerance = 1e-12
+out_dir = "{out}/lasso"
+
+[app.lasso.synthetic]
+n_samples = {rows}
+n_features = {features}
+seed = {seed}
+"#,
+        out = out.display()
+    )
+}

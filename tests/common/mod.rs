@@ -15,6 +15,27 @@ use std::time::{Duration, Instant};
 /// The `petrel` binary that cargo built for these tests.
 pub const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
 
+/// A tokio runtime with `threads` workers, for the tests that drive the launcher API.
+pub fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Launcher options whose nodes are `petrel node` processes of the tested binary, writing
+/// under `run_dir`, with log lines instead of a progress bar.
+pub fn node_processes(run_dir: PathBuf) -> petrel::launcher::LaunchOptions {
+    let mut opts = petrel::launcher::LaunchOptions::new().unwrap();
+    opts.child = petrel::launcher::ChildCommand::PetrelNode {
+        program: PETREL.into(),
+    };
+    opts.run_dir = Some(run_dir);
+    opts.progress = false;
+    opts
+}
+
 /// A file of the shipped example data (`examples/data`).
 pub fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
