@@ -5,8 +5,7 @@
 //! ([`alpha_for_radius`] of the solution's scale). A diverged run did not reach the target.
 
 use crate::BenchError;
-use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, save_and_print};
-use petrel::report::fmt;
+use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, fmt_opt, save_and_print};
 use petrel_actors::Transport;
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;
@@ -303,9 +302,7 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, BenchE
             "adarevision at its default alpha {} ({}) / best tuned sgd or adagrad: {}x; best at a grid edge: {:?}\n",
             default_alpha,
             figures.default_alpha_from,
-            figures
-                .default_adarevision_over_best_tuned
-                .map_or("-".into(), fmt),
+            fmt_opt(figures.default_adarevision_over_best_tuned),
             figures.best_at_grid_edge,
         );
         apps.insert(app.clone(), figures);

@@ -151,10 +151,10 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-/// The upper median (the larger middle value of an even count); `None` when empty.
-pub(crate) fn upper_median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
+/// The upper median (the larger middle value of an even count); the default when empty.
+pub(crate) fn upper_median<T: Copy + PartialOrd + Default>(mut v: Vec<T>) -> T {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v.get(v.len() / 2).copied()
+    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 /// The synthetic MF job of the PS benches (smaller with `quick`).
@@ -215,9 +215,23 @@ pub(crate) fn json_table<T: Serialize>(rows: impl IntoIterator<Item = T>, keys: 
     table
 }
 
+/// `x` through [`fmt`], or `-` when unknown.
+pub(crate) fn fmt_opt(x: Option<f64>) -> String {
+    x.map_or("-".into(), fmt)
+}
+
 /// A value's name on the command line (and in the JSON).
 pub(crate) fn name_of(value: &impl clap::ValueEnum) -> String {
     value
         .to_possible_value()
         .map_or_else(String::new, |v| v.get_name().to_string())
+}
+
+/// `N` positive numbers separated by `x` (`2x2`, `ROWSxFEATURESxNNZ`); `None` otherwise.
+pub(crate) fn dims<T: std::str::FromStr + PartialOrd + Default, const N: usize>(
+    s: &str,
+) -> Option<[T; N]> {
+    let parse = |p: &str| p.trim().parse().ok().filter(|n| *n > T::default());
+    let parts: Vec<T> = s.split(['x', 'X']).map(parse).collect::<Option<_>>()?;
+    parts.try_into().ok()
 }

@@ -5,8 +5,9 @@
 //! target or `max_seconds`; one plot per app of time to target against the bound.
 
 use crate::BenchError;
-use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, json_table, ratio, save_and_print};
-use petrel::report::fmt;
+use crate::common::{
+    LrDataArgs, PsClusterArgs, TransientArgs, fmt_opt, json_table, ratio, save_and_print,
+};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::core::stats::{ReadStats, StalenessReport};
@@ -461,15 +462,14 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
                 per_clock/bound_blocked_ms per_clock/other_ms per_clock/round_trips \
                 per_clock/request_messages per_clock/rows_requested per_clock/rows_ahead";
     json_table(per_clock, keys).print();
-    let o = |x: Option<f64>| x.map_or("-".into(), fmt);
     println!(
         "bsp / best ssp (s={}): {}x; best ssp / best essp: {}x; essp/ssp mean staleness {}, \
          variance {}; plot {}\n",
         f.best_ssp_staleness.map_or("-".into(), |s| s.to_string()),
-        o(f.bsp_over_best_ssp),
-        o(f.best_ssp_over_best_essp),
-        o(f.essp_over_ssp_mean_staleness),
-        o(f.essp_over_ssp_staleness_variance),
+        fmt_opt(f.bsp_over_best_ssp),
+        fmt_opt(f.best_ssp_over_best_essp),
+        fmt_opt(f.essp_over_ssp_mean_staleness),
+        fmt_opt(f.essp_over_ssp_staleness_variance),
         f.plot
     );
 }

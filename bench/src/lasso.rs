@@ -10,7 +10,7 @@ use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, ObjectivePoint, SyntheticLasso};
 use petrel_strads::core::scheduler::ScheduleMode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -170,15 +170,13 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
         let reached = runs.iter().filter(|m| m.target_updates.is_some()).count();
         // A median to the target only when every run reached it.
         let all = reached == runs.len();
-        let upd = upper_median(runs.iter().filter_map(|m| m.target_updates).collect());
-        let upd = upd.filter(|_| all);
-        let secs = upper_median(runs.iter().filter_map(|m| m.target_s).collect()).filter(|_| all);
+        let upd = all.then(|| upper_median(runs.iter().filter_map(|m| m.target_updates).collect()));
+        let secs = all.then(|| upper_median(runs.iter().filter_map(|m| m.target_s).collect()));
         let gaps: Vec<f64> = (runs.iter())
             .map(|m| (m.final_objective - optimum) / optimum)
             .collect();
         worst_gap = gaps.iter().copied().fold(worst_gap, f64::max);
-        let kkt =
-            upper_median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
+        let kkt = upper_median(runs.iter().map(|m| m.final_kkt_violation).collect());
         rows.push(serde_json::json!({
             "mode": mode.to_string(), "rho": rho, "updates_to_tol": upd, "seconds": secs,
             "rounds": upper_median(runs.iter().map(|m| m.rounds).collect()),
@@ -276,7 +274,7 @@ fn write_plots(
     results: &[(String, Vec<LassoMetrics>)],
     optimum: f64,
 ) -> Result<PathBuf, StradsTrainError> {
-    let series_of = |f: &dyn Fn(&petrel_strads::apps::lasso::ObjectivePoint) -> f64| {
+    let series_of = |f: &dyn Fn(&ObjectivePoint) -> f64| {
         results
             .iter()
             .map(|(mode, runs)| Series {

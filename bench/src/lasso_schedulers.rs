@@ -4,6 +4,7 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
+use crate::common::upper_median;
 use crate::lasso::{DesignFigures, LassoRunArgs, solve_design};
 use crate::scale::write_plot;
 use petrel::train::StradsTrainError;
@@ -60,10 +61,6 @@ struct Figures {
     plot: String,
 }
 
-fn median<T: Copy + PartialOrd + Default>(v: Vec<T>) -> T {
-    crate::common::upper_median(v).unwrap_or_default()
-}
-
 pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     if args.schedulers.is_empty() || args.depths.is_empty() || args.runs.repeats == 0 {
         return Err(StradsTrainError::Usage(
@@ -104,11 +101,11 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
             let v = Variant {
                 schedulers: s,
                 depth,
-                rounds_per_scheduler: median(runs.iter().map(|m| m.rounds).collect()) as f64
+                rounds_per_scheduler: upper_median(runs.iter().map(|m| m.rounds).collect()) as f64
                     / s as f64,
-                updates: median(runs.iter().map(|m| m.updates).collect()),
-                evaluations: median(runs.iter().map(|m| m.evaluations.len()).collect()),
-                seconds: median(secs.clone()),
+                updates: upper_median(runs.iter().map(|m| m.updates).collect()),
+                evaluations: upper_median(runs.iter().map(|m| m.evaluations.len()).collect()),
+                seconds: upper_median(secs.clone()),
                 seconds_min: secs.iter().copied().fold(f64::INFINITY, f64::min),
                 seconds_max: secs.iter().copied().fold(0.0, f64::max),
                 worst_objective_gap: runs

@@ -5,6 +5,8 @@
 use crate::BenchError;
 use petrel::report::{Table, fmt, print_json};
 use petrel_ml::data::{cache, load_bow, load_libsvm, load_ratings};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,22 +37,11 @@ struct LoadFigures {
     cores: usize,
 }
 
-/// A small xorshift: the files are the same on every run.
-struct Xorshift(u64);
-
-impl Xorshift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Writes the three files of about `mb` MB each into `dir`.
 fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
     let target = mb << 20;
-    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+    // Seeded: the files are the same on every run.
+    let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
     let paths = [
         dir.join("data.svm"),
         dir.join("ratings.tsv"),
@@ -58,23 +49,23 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
     ];
     // LIBSVM: rows of up to 400 increasing indices below 10^6.
     write_lines(&paths[0], target, || {
-        let label = (rng.next() % 20_000) as f64 / 1000.0 - 10.0;
+        let label: f64 = rng.gen_range(-10.0..10.0);
         let mut line = format!("{label:.4}");
         let mut idx = 0;
         for _ in 0..400 {
-            idx += 1 + rng.next() % 4999;
+            idx += 1 + rng.gen_range(0..4999u64);
             if idx > 1_000_000 {
                 break;
             }
-            let v = (rng.next() % 2_000_000) as f64 / 1e6 - 1.0;
+            let v: f64 = rng.gen_range(-1.0..1.0);
             line.push_str(&format!(" {idx}:{v:.6}"));
         }
         line + "\n"
     })?;
     // Ratings: user, item, rating.
     write_lines(&paths[1], target, || {
-        let (u, i) = (rng.next() % 500_000, rng.next() % 20_000);
-        format!("{u}\t{i}\t{}\n", 1 + rng.next() % 5)
+        let (u, i) = (rng.gen_range(0..500_000u64), rng.gen_range(0..20_000u64));
+        format!("{u}\t{i}\t{}\n", 1 + rng.gen_range(0..5u64))
     })?;
     // Bag of words: documents of up to 100 increasing word ids below 10^5, after a header.
     let mut body = String::with_capacity(target + 64);
@@ -82,11 +73,11 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
     while body.len() < target {
         let mut word = 0;
         for _ in 0..100 {
-            word += 1 + rng.next() % 1000;
+            word += 1 + rng.gen_range(0..1000u64);
             if word > 100_000 {
                 break;
             }
-            body.push_str(&format!("{doc} {word} {}\n", 1 + rng.next() % 5));
+            body.push_str(&format!("{doc} {word} {}\n", 1 + rng.gen_range(0..5u64)));
             nnz += 1;
         }
         doc += 1;

@@ -6,8 +6,7 @@
 //! curve against time and bytes. LDA's target defaults to 90 % of the clock run's gain.
 
 use crate::BenchError;
-use crate::common::{PsClusterArgs, json_table, ratio, save_and_print};
-use petrel::report::fmt;
+use crate::common::{PsClusterArgs, fmt_opt, json_table, ratio, save_and_print};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
@@ -385,11 +384,10 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         &format!("{keys} {}", if lda { "managed_rows" } else { "" }),
     )
     .print();
-    let o = |x: Option<f64>| x.map_or("-".into(), fmt);
     println!(
         "clock / relative-magnitude: {}x; fifo / relative-magnitude: {}x; plots {}",
-        o(figures.clock_over_relative_magnitude),
-        o(figures.fifo_over_relative_magnitude),
+        fmt_opt(figures.clock_over_relative_magnitude),
+        fmt_opt(figures.fifo_over_relative_magnitude),
         figures.plots.join(", ")
     );
     Ok(figures)

@@ -3,7 +3,7 @@
 //! side by side (images/s, test accuracy), plus the adapter's overhead against candle's
 //! whole-model pass.
 
-use crate::common::json_table;
+use crate::common::{json_table, upper_median};
 use crate::p3::slowest;
 use petrel::report::print_json;
 use petrel::train::p3::{P3JobError, RealJobArgs, job_run_dir, run_processes};
@@ -123,9 +123,8 @@ fn adapter_overhead(
             samples.push([st[0], st[1], st[2], wh[0], wh[1]]);
         }
     }
-    let median = |v: Vec<f64>| crate::common::upper_median(v).unwrap_or(0.0);
-    let column = |c: usize| median(samples.iter().map(|s| s[c] * 1e3).collect());
-    let ratio = median(
+    let column = |c: usize| upper_median(samples.iter().map(|s| s[c] * 1e3).collect());
+    let ratio = upper_median(
         samples
             .iter()
             .map(|s| (s[0] + s[1]) / (s[3] + s[4]).max(1e-12))

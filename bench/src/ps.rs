@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::BenchError;
+use crate::common::upper_median;
 use petrel::report::print_json;
 
 /// Roles of the nodes that serve shards (and the echo) and that run a worker.
@@ -123,9 +124,8 @@ fn echo_inbox_name(worker: u32) -> String {
 
 /// Sends every echo straight back to its worker's inbox (on the worker's node).
 struct EchoActor {
-    node: petrel_actors::Node,
-    workers: Vec<String>,
-    back: std::collections::BTreeMap<usize, ActorRef<PsBenchEcho>>,
+    /// Worker `w`'s inbox at index `w`.
+    back: Vec<ActorRef<PsBenchEcho>>,
 }
 
 impl Actor for EchoActor {
@@ -136,21 +136,9 @@ impl Handler<Msg<PsBenchEcho>> for EchoActor {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<PsBenchEcho>, _: &mut Context<Self>) -> Self::Result {
         let w = msg.body.worker as usize;
-        let node = self
-            .workers
-            .get(w)
-            .ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
-        let back = match self.back.entry(w) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(
-                (self.node)
-                    .actor_at::<PsBenchEcho>(node, &echo_inbox_name(w as u32))
-                    .map_err(|e| HandlerError::new(e.to_string()))?,
-            ),
-        };
+        let back = (self.back.get(w)).ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
         back.tell(msg.body, Priority::NORMAL)
-            .map_err(|e| HandlerError::new(e.to_string()))?;
-        Ok(())
+            .map_err(|e| HandlerError::new(e.to_string()))
     }
 }
 
@@ -234,12 +222,13 @@ async fn shard_role(ctx: NodeContext) -> Result<(), PsBenchError> {
     let cfg: PsBenchConfig = ctx.settings.app(SECTION)?;
     let layout = layout_of(&ctx);
     let (width, _) = rows_for(cfg.bytes, layout.n_shards())?;
-    let echo = EchoActor {
-        node: ctx.node.clone(),
-        workers: layout.worker_nodes.clone(),
-        back: Default::default(),
-    }
-    .start();
+    let back = (layout.worker_nodes.iter().enumerate())
+        .map(|(w, n)| {
+            ctx.node
+                .actor_at::<PsBenchEcho>(n, &echo_inbox_name(w as u32))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let echo = EchoActor { back }.start();
     ctx.node.register(ECHO_ACTOR, echo)?.accept::<PsBenchEcho>();
     ctx.barrier("ps-bench.echo").await?;
     let mut handles = Vec::new();
@@ -395,12 +384,7 @@ pub(crate) fn register(cluster: Cluster) -> Cluster {
 
 fn parse_topology(t: &str) -> Result<(u32, u32), BenchError> {
     let bad = || BenchError::Incomplete(format!("topology {t:?} is not WORKERSxSHARDS"));
-    let (w, s) = t.split_once(['x', 'X']).ok_or_else(bad)?;
-    let w: u32 = w.trim().parse().map_err(|_| bad())?;
-    let s: u32 = s.trim().parse().map_err(|_| bad())?;
-    if w == 0 || s == 0 {
-        return Err(bad());
-    }
+    let [w, s] = crate::common::dims(t).ok_or_else(bad)?;
     Ok((w, s))
 }
 
@@ -411,10 +395,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
         .get(i.min(sorted.len().saturating_sub(1)))
         .copied()
         .unwrap_or(0.0)
-}
-
-fn median(v: Vec<f64>) -> f64 {
-    crate::common::upper_median(v).unwrap_or(0.0)
 }
 
 /// Figures of one petrel run, or the medians of several.
@@ -434,7 +414,7 @@ struct RunFigures {
 impl RunFigures {
     /// The median of every figure of `runs` (`shm_messages`: their sum); `None` without runs.
     fn median_of(runs: &[RunFigures]) -> Option<RunFigures> {
-        let m = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
+        let m = |f: fn(&RunFigures) -> f64| upper_median(runs.iter().map(f).collect());
         (!runs.is_empty()).then(|| RunFigures {
             ps_mbps: m(|r| r.ps_mbps),
             p50_ms: m(|r| r.p50_ms),
@@ -510,7 +490,7 @@ async fn petrel_run(
         ps_mbps: mbps(|r| r.ps_total_s),
         p50_ms: percentile(&lat, 0.5) * 1e3,
         p99_ms: percentile(&lat, 0.99) * 1e3,
-        push_p50_ms: median(sorted(|r| &r.push_iter_s)) * 1e3,
+        push_p50_ms: upper_median(sorted(|r| &r.push_iter_s)) * 1e3,
         transport_mbps: mbps(|r| r.echo_total_s),
         transport_p50_ms: percentile(&echo, 0.5) * 1e3,
         rss_mb: reports.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
@@ -660,7 +640,7 @@ fn breakdown(
             }));
         }
     }
-    let col = |k: usize| median(samples.iter().map(|s| s[k]).collect());
+    let col = |k: usize| upper_median(samples.iter().map(|s| s[k]).collect());
     Ok(IterationBreakdown {
         client_push_ms: col(0),
         encode_ms: col(1),
@@ -791,7 +771,7 @@ fn measure_size(
         RunFigures::median_of(&runs).ok_or_else(|| BenchError::Incomplete("no runs".into()))?;
     let shm = RunFigures::median_of(&shm_runs);
     let pm = |f: fn(&PeerFigures) -> f64| {
-        (!peers.is_empty()).then(|| median(peers.iter().map(f).collect()))
+        (!peers.is_empty()).then(|| upper_median(peers.iter().map(f).collect()))
     };
     let (ps_mbps, peer_mbps, shm_mbps) =
         (run.ps_mbps, pm(|p| p.mbps), shm.as_ref().map(|r| r.ps_mbps));

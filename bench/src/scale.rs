@@ -156,21 +156,14 @@ impl std::str::FromStr for DesignSize {
 
     /// `ROWSxFEATURESxNNZ_PER_COLUMN`, three positive numbers.
     fn from_str(s: &str) -> Result<Self, String> {
-        let parts: Vec<usize> = s.split('x').filter_map(|p| p.trim().parse().ok()).collect();
-        match (s.split('x').count(), &parts[..]) {
-            (3, &[n_samples, n_features, nnz_per_column])
-                if n_samples > 0 && n_features > 0 && nnz_per_column > 0 =>
-            {
-                Ok(DesignSize {
-                    n_samples,
-                    n_features,
-                    nnz_per_column,
-                })
-            }
-            _ => Err(format!(
-                "{s:?}: expected three positive numbers ROWSxFEATURESxNNZ_PER_COLUMN"
-            )),
-        }
+        let [n_samples, n_features, nnz_per_column] = crate::common::dims(s).ok_or_else(|| {
+            format!("{s:?}: expected three positive numbers ROWSxFEATURESxNNZ_PER_COLUMN")
+        })?;
+        Ok(DesignSize {
+            n_samples,
+            n_features,
+            nnz_per_column,
+        })
     }
 }
 

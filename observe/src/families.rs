@@ -129,7 +129,7 @@ fn canonical_infinities(text: String) -> String {
 
 /// Where a sample line's value is (byte range); `None` for a comment or a line that does
 /// not parse. Label values may hold spaces, braces and escaped quotes.
-fn value_span(line: &str) -> Option<(usize, usize)> {
+pub(crate) fn value_span(line: &str) -> Option<(usize, usize)> {
     if line.starts_with('#') {
         return None;
     }

@@ -37,22 +37,16 @@ pub fn parse_text(text: &str) -> Vec<Series> {
 }
 
 fn parse_line(line: &str) -> Option<Series> {
-    let (name, labels, rest) = match line.find('{') {
-        Some(open) => {
-            let close = open + line[open..].find('}')?;
-            (
-                &line[..open],
-                parse_labels(&line[open + 1..close])?,
-                &line[close + 1..],
-            )
-        }
-        None => {
-            let sp = line.find(' ')?;
-            (&line[..sp], Vec::new(), &line[sp..])
-        }
+    // The exporter's own reader finds the value, so a label value holding `}` or a space
+    // does not end the label block early.
+    let (start, end) = crate::families::value_span(line)?;
+    let head = &line[..start - 1];
+    let (name, labels) = match head.split_once('{') {
+        Some((name, labels)) => (name, parse_labels(labels.strip_suffix('}')?)?),
+        None => (head, Vec::new()),
     };
     // Rust reads OpenMetrics' `+Inf`, `-Inf` and `NaN` as they are.
-    let value = rest.split_whitespace().next()?.parse().ok()?;
+    let value = line[start..end].parse().ok()?;
     Some(Series {
         name: name.to_string(),
         labels,
@@ -151,6 +145,15 @@ pub async fn http_get(target: &str, path: &str, timeout: Duration) -> Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_label_value_may_hold_a_brace_and_a_space() {
+        let s = parse_text("job_metric{name=\"a} b\",node=\"w0\"} 2.5 1700000000\n");
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].label("name"), Some("a} b"));
+        assert_eq!(s[0].label("node"), Some("w0"));
+        assert_eq!(s[0].value, 2.5);
+    }
 
     #[test]
     fn parses_names_labels_and_values() {

@@ -207,36 +207,24 @@ pub enum ModelFileError {
 /// Why data does not fit a model.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelDataError {
-    /// The data file's content does not fit the model.
+    /// The data file's content does not fit the model, or holds nothing to evaluate or
+    /// predict.
     #[error("{}: {reason}", path.display())]
     Mismatch {
         /// The data file.
         path: PathBuf,
-        /// What does not fit.
+        /// What does not fit or is missing.
         reason: String,
     },
     /// A user asked for is not in the model.
     #[error("user {0:?} is not in the model (it had no training ratings)")]
     UnknownUser(String),
-    /// The data file holds nothing to evaluate or predict.
-    #[error("{}: {reason}", path.display())]
-    Empty {
-        /// The data file.
-        path: PathBuf,
-        /// What is missing.
-        reason: String,
-    },
 }
 
 impl ModelDataError {
     fn mismatch(path: &Path, reason: impl Into<String>) -> Self {
         let (path, reason) = (path.to_path_buf(), reason.into());
         ModelDataError::Mismatch { path, reason }
-    }
-
-    fn empty(path: &Path, reason: impl Into<String>) -> Self {
-        let (path, reason) = (path.to_path_buf(), reason.into());
-        ModelDataError::Empty { path, reason }
     }
 }
 
@@ -520,7 +508,7 @@ impl SavedModel {
                 require_some(corpus.docs.len(), "documents", path)?;
                 if !corpus.docs.iter().any(|d| d.len() >= 2) {
                     let why = "no document has 2 or more words the model knows: nothing to score";
-                    return Err(ModelDataError::empty(path, why).into());
+                    return Err(ModelDataError::mismatch(path, why).into());
                 }
                 (m.evaluate(&corpus, iterations, seed), unseen)
             }
@@ -570,7 +558,7 @@ pub fn require_some(n: usize, what: &str, path: &Path) -> Result<(), ModelDataEr
         return Ok(());
     }
     let why = format!("the file holds no {what}: nothing to evaluate or predict");
-    Err(ModelDataError::empty(path, why))
+    Err(ModelDataError::mismatch(path, why))
 }
 
 /// The feature values of `data` beyond a model of `n_features` features (counted as 0).

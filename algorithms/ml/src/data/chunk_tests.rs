@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::cache::cache_path;
-use super::testing::{use_disk_cache, write_in};
+use super::testing::{stream_libsvm, use_disk_cache, write_in};
 use super::text::{Split, TEST_SPLIT};
 use super::*;
 
@@ -111,11 +111,10 @@ fn libsvm_chunks_equal_a_sequential_read_and_a_plain_reference() {
         let parse = || outcome(parse_libsvm(text.as_bytes(), "t.svm"));
         let streamed = || {
             let mut rows = Vec::new();
-            let r =
-                for_each_libsvm_row(text.as_bytes(), "t.svm", &DataLimits::default(), |l, r| {
-                    rows.push((l, r.clone()));
-                    Ok(())
-                });
+            let r = stream_libsvm(&text, "t.svm", &DataLimits::default(), |l, r| {
+                rows.push((l, r.clone()));
+                Ok(())
+            });
             format!("{rows:?} {}", outcome(r))
         };
         let whole = with_split(0, parse);
@@ -187,7 +186,7 @@ fn wide_ids_checked_against_the_bytes_before_them_hold_across_chunks() {
     for chunk in [0, 7, 1000] {
         let n = with_split(chunk, || {
             let mut n = 0;
-            for_each_libsvm_row(ok.as_bytes(), "w", &DataLimits::default(), |_, _| {
+            stream_libsvm(&ok, "w", &DataLimits::default(), |_, _| {
                 n += 1;
                 Ok(())
             })
@@ -195,7 +194,7 @@ fn wide_ids_checked_against_the_bytes_before_them_hold_across_chunks() {
         });
         assert_eq!(n.unwrap(), 20_001, "chunk {chunk}");
         let err = with_split(chunk, || {
-            for_each_libsvm_row(early.as_bytes(), "w", &DataLimits::default(), |_, _| Ok(()))
+            stream_libsvm(&early, "w", &DataLimits::default(), |_, _| Ok(()))
         });
         assert!(
             matches!(

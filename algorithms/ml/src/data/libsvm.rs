@@ -389,9 +389,9 @@ fn collect_rows(
     Ok(rows)
 }
 
-/// Reads the LIBSVM file `path` row by row under the [`DataLimits::from_env`] limits (see
-/// [`for_each_libsvm_row`]); every index is checked against the file's size before `visit`
-/// sees its row. The rows come from [`load_libsvm_shared`].
+/// Calls `visit(label, row)` for every row of the LIBSVM file `path`, in order, under the
+/// [`DataLimits::from_env`] limits; every index is checked against the file's size before
+/// `visit` sees its row. The rows come from [`load_libsvm_shared`].
 pub fn visit_libsvm(
     path: impl AsRef<Path>,
     mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
@@ -410,22 +410,9 @@ pub fn visit_libsvm(
     }
 }
 
-/// Calls `visit(label, row)` for every example of LIBSVM text, in order, with the checks
-/// of [`parse_libsvm_with_limits`] (memory: one block of the text); every index is checked
-/// against the bytes read through its line before `visit` sees its row.
-pub fn for_each_libsvm_row(
-    reader: impl BufRead,
-    name_for_errors: impl AsRef<Path>,
-    limits: &DataLimits,
-    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
-) -> Result<(), DataError> {
-    let name = name_for_errors.as_ref();
-    let (size, mut source) = (SizeRule::new(None)?, ReaderBlocks::new(reader, name));
-    stream_rows(&mut source, name, limits, size, visit)
-}
-
-/// Hands `visit` every row of `source`, each checked against `size` first.
-fn stream_rows(
+/// Hands `visit` every row of `source` with the checks of [`parse_libsvm_with_limits`]
+/// (memory: one block of the text), each row checked against `size` first.
+pub(super) fn stream_rows(
     source: &mut dyn Blocks,
     name: &Path,
     limits: &DataLimits,
@@ -592,7 +579,7 @@ pub(crate) fn clip(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::testing::{line_of, refused, write_in};
+    use crate::data::testing::{line_of, refused, stream_libsvm, write_in};
     use proptest::prelude::*;
 
     fn parse(text: &str) -> Result<SparseDataset, DataError> {
@@ -684,15 +671,10 @@ mod tests {
             ("input", 2, ..)
         ));
         let mut seen = 0;
-        let streamed = for_each_libsvm_row(
-            text.as_bytes(),
-            "wide.svm",
-            &DataLimits::default(),
-            |_, _| {
-                seen += 1;
-                Ok(())
-            },
-        );
+        let streamed = stream_libsvm(text, "wide.svm", &DataLimits::default(), |_, _| {
+            seen += 1;
+            Ok(())
+        });
         assert!(matches!(refused(&streamed.unwrap_err()), ("input", 2, ..)));
         assert_eq!(seen, 1);
     }

@@ -54,6 +54,18 @@ pub(crate) mod testing {
         path
     }
 
+    /// Streams the rows of LIBSVM `text` to `visit` as a reader of unknown size is read.
+    pub fn stream_libsvm(
+        text: &str,
+        name: &str,
+        limits: &super::DataLimits,
+        visit: impl FnMut(f32, &super::SparseRow) -> Result<(), DataError>,
+    ) -> Result<(), DataError> {
+        let (name, size) = (Path::new(name), super::limits::SizeRule::new(None)?);
+        let mut source = super::text::ReaderBlocks::new(text.as_bytes(), name);
+        super::libsvm::stream_rows(&mut source, name, limits, size, visit)
+    }
+
     /// Sets the disk cache of this thread's loads (`None`: the environment's).
     pub fn use_disk_cache(enabled: Option<bool>) {
         let cache = enabled.map(|enabled| super::cache::DiskCache {
@@ -72,8 +84,8 @@ pub use bow::{
 };
 pub use digest::ReadDigest;
 pub use libsvm::{
-    LibsvmFile, SparseColumns, SparseDataset, SparseRow, for_each_libsvm_row, load_libsvm,
-    load_libsvm_shared, parse_libsvm, parse_libsvm_with_limits, visit_libsvm,
+    LibsvmFile, SparseColumns, SparseDataset, SparseRow, load_libsvm, load_libsvm_shared,
+    parse_libsvm, parse_libsvm_with_limits, visit_libsvm,
 };
 pub use limits::DataLimits;
 pub use ratings::{
