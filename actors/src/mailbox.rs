@@ -13,7 +13,6 @@ type Work<A> = Box<dyn FnOnce(&mut A, &mut Context<A>)>;
 pub struct PriorityInbox<A: Actor<Context = Context<A>>> {
     queue: PriorityQueue<Work<A>>,
     drain_scheduled: bool,
-    processed: u64,
 }
 
 impl<A: Actor<Context = Context<A>>> Default for PriorityInbox<A> {
@@ -21,7 +20,6 @@ impl<A: Actor<Context = Context<A>>> Default for PriorityInbox<A> {
         Self {
             queue: PriorityQueue::default(),
             drain_scheduled: false,
-            processed: 0,
         }
     }
 }
@@ -74,38 +72,11 @@ impl<A: PriorityActor> PriorityInbox<A> {
             actix::fut::ready(()).map(|(), act: &mut A, ctx: &mut Context<A>| {
                 act.inbox().drain_scheduled = false;
                 if let Some((_, work)) = act.inbox().queue.pop() {
-                    act.inbox().processed += 1;
                     work(act, ctx);
                 }
                 // One item per turn, so messages that arrived meanwhile join the heap first.
                 Self::schedule(act, ctx);
             }),
         );
-    }
-
-    /// Items waiting.
-    pub fn backlog(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// Items processed so far.
-    pub fn processed(&self) -> u64 {
-        self.processed
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queue_orders_by_priority_then_fifo() {
-        let mut q = PriorityQueue::default();
-        q.push(Priority(0), "a");
-        q.push(Priority(2), "b");
-        q.push(Priority(0), "c");
-        q.push(Priority(2), "d");
-        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, x)| x)).collect();
-        assert_eq!(order, vec!["b", "d", "a", "c"]);
     }
 }

@@ -311,6 +311,16 @@ impl Handler<Msg<Stall>> for Staller {
     }
 }
 
+/// Settings of cluster `cluster` with role-less `nodes` on ports reserved in this process.
+fn reserved(cluster: &str, nodes: [&str; 3]) -> Settings {
+    let topology = nodes
+        .into_iter()
+        .fold(Topology::builder(cluster), |t, n| t.node(n, &[]));
+    let mut settings = topology.build().unwrap();
+    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
+    settings
+}
+
 async fn boot_three(settings: Settings) -> Vec<(Node, Option<Addr<Coordinator>>)> {
     let names: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
     let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
@@ -334,15 +344,9 @@ async fn boot_three(settings: Settings) -> Vec<(Node, Option<Addr<Coordinator>>)
 
 #[actix::test]
 async fn dead_peer_is_reported_and_its_pending_requests_fail() {
-    let mut settings = Topology::builder("fd")
-        .node("coord", &[])
-        .node("alice", &[])
-        .node("victim", &[])
-        .build()
-        .unwrap();
+    let mut settings = reserved("fd", ["coord", "alice", "victim"]);
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 800;
-    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
     let nodes = boot_three(settings).await;
     let (alice, victim) = (nodes[1].0.clone(), nodes[2].0.clone());
     victim
@@ -404,14 +408,7 @@ async fn dead_peer_is_reported_and_its_pending_requests_fail() {
 
 #[actix::test]
 async fn barrier_waits_for_every_node() {
-    let mut settings = Topology::builder("bar")
-        .node("a", &[])
-        .node("b", &[])
-        .node("c", &[])
-        .build()
-        .unwrap();
-    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
-    let nodes = boot_three(settings).await;
+    let nodes = boot_three(reserved("bar", ["a", "b", "c"])).await;
     let coordinator = nodes[0].0.id();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -449,13 +446,7 @@ async fn a_member_certificate_cannot_join_under_another_name() {
     use petrel_messages::runtime::Join;
     use petrel_messages::{ActorId, NodeId};
     use petrel_net::{Net, NetConfig, PeerAddr};
-    let mut settings = Topology::builder("impostor")
-        .node("coord", &[])
-        .node("alice", &[])
-        .node("bob", &[])
-        .build()
-        .unwrap();
-    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
+    let settings = reserved("impostor", ["coord", "alice", "bob"]);
     let coord_addr: std::net::SocketAddr = settings.nodes[0].addr.parse().unwrap();
     let creds = ClusterCredentials::generate_cluster(&["coord", "alice", "bob"]).unwrap();
     let alice_creds = creds[1].clone();

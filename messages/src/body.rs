@@ -132,14 +132,6 @@ impl Body {
         }
     }
 
-    /// The body as one slice, consuming it.
-    pub fn into_bytes(self) -> Bytes {
-        match self.repr {
-            Repr::One(b) => b,
-            Repr::Many { chunks, len } => gather(&chunks, len),
-        }
-    }
-
     /// Decodes the body as `M`, copying a large payload once into its final vector (see the
     /// module docs). Errors name `type_name`.
     pub fn decode<M: DeserializeOwned>(&self, type_name: &str) -> Result<M, crate::CodecError> {

@@ -160,18 +160,14 @@ impl FramePrefix {
 }
 
 impl Frame {
-    /// Encodes a header and a typed body into one buffer of exact size (body counted first).
+    /// Encodes a header and a typed body into one buffer (the body counted first).
     pub fn encode<M: Serialize + ?Sized>(
         header: &EnvelopeHeader,
         body: &M,
     ) -> Result<Bytes, CodecError> {
-        let mut head = Vec::with_capacity(128);
-        crate::encode_body(header, &mut head)?;
         let body_len = crate::encoded_len(body)?;
-        let mut buf = Vec::with_capacity(FRAME_PREFIX_LEN + head.len() + body_len);
-        buf.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
-        buf.extend_from_slice(&head);
-        let header_len = head.len();
+        let mut buf = Self::head(header, body_len)?;
+        let header_len = buf.len() - FRAME_PREFIX_LEN;
         crate::encode_body(body, &mut buf)?;
         let encoded = buf.len() - FRAME_PREFIX_LEN - header_len;
         if encoded != body_len {

@@ -271,9 +271,7 @@ impl ShaperConfig {
         Self {
             egress_bytes_per_s: bps,
             ingress_bytes_per_s: bps,
-            latency_ms: 0,
-            jitter_ms: 0,
-            burst_bytes: 0,
+            ..Self::default()
         }
     }
 

@@ -109,14 +109,6 @@ pub async fn connect_as_member(
     Ok((endpoint, conn))
 }
 
-/// A lane epoch no earlier call used, so two attacks' frames never look like duplicates.
-fn fresh_epoch() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1)
-}
-
 /// The first bytes of a hostile frame from `from`: lane header, prefix and valid envelope.
 fn frame_head(
     from: u32,
@@ -167,7 +159,8 @@ pub async fn open_stalled_frames(
     from: u32,
     frames: StalledFrames,
 ) -> Result<Vec<quinn::SendStream>, NetError> {
-    let epoch = fresh_epoch();
+    // A fresh lane epoch: two attacks' frames never look like duplicates.
+    let epoch = crate::net::epoch_now();
     let mut hoarding = Vec::new();
     for seq in 0..frames.streams {
         let mut stream = conn
@@ -227,7 +220,8 @@ pub async fn flood_frames(
     frames: StalledFrames,
     count: u64,
 ) -> Result<(), NetError> {
-    let epoch = fresh_epoch();
+    // A fresh lane epoch: two attacks' frames never look like duplicates.
+    let epoch = crate::net::epoch_now();
     for seq in 0..count {
         let mut stream = conn
             .open_uni()
@@ -401,11 +395,6 @@ pub fn refusal_of(error: &NetError) -> Option<Refusal> {
         LinkError::Write(quinn::WriteError::ConnectionLost(closed)) => refusal(closed),
         _ => None,
     }
-}
-
-/// True when `closed` says the node closed the connection for hoarding inbound budget.
-pub fn closed_for_hoarding(closed: &quinn::ConnectionError) -> bool {
-    matches!(refusal(closed), Some(Refusal::Hoarding | Refusal::TooSlow))
 }
 
 /// What went wrong on the hostile connection.

@@ -124,7 +124,6 @@ impl MemoryLink {
             }
         };
         stats.received(frame.header.from, frame.header.priority, len as u64);
-        stats.heard_from(frame.header.from);
         tx.send(Arrival {
             lane,
             inbound: Inbound {

@@ -207,17 +207,9 @@ impl Net {
         if let Some(dir) = &cfg.shared_memory_dir {
             check_shared_memory_dir(dir)?;
         }
-        let (handle, runtime) = make_runtime(&cfg)?;
-        let stats = Arc::new(NetStats::default());
-        let (tx, rx) = sequenced_inbound(node, &cfg, &handle, stats.clone());
-        let link = {
-            let _guard = handle.enter();
-            QuicLink::start(node, bind, creds, &cfg, stats.clone(), tx)?
-        };
-        Ok((
-            Self::assemble(node, cfg, stats, Link::Quic(link), handle, runtime),
-            rx,
-        ))
+        Self::start(node, cfg, |cfg, stats, tx| {
+            QuicLink::start(node, bind, creds, cfg, stats, tx).map(Link::Quic)
+        })
     }
 
     /// Joins an in-memory hub: same interface, no sockets, no encryption.
@@ -226,24 +218,25 @@ impl Net {
         node: NodeId,
         cfg: NetConfig,
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
+        Self::start(node, cfg, |cfg, stats, tx| {
+            Ok(Link::Memory(MemoryLink::join(hub, node, cfg, stats, tx)))
+        })
+    }
+
+    /// The transport of either kind: its runtime, counters and inbound path around the
+    /// `link` made (on that runtime) to feed them.
+    fn start(
+        node: NodeId,
+        cfg: NetConfig,
+        link: impl FnOnce(&NetConfig, Arc<NetStats>, mpsc::Sender<Arrival>) -> Result<Link, NetError>,
+    ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
         let (tx, rx) = sequenced_inbound(node, &cfg, &handle, stats.clone());
-        let link = MemoryLink::join(hub, node, &cfg, stats.clone(), tx);
-        Ok((
-            Self::assemble(node, cfg, stats, Link::Memory(link), handle, runtime),
-            rx,
-        ))
-    }
-
-    fn assemble(
-        node: NodeId,
-        cfg: NetConfig,
-        stats: Arc<NetStats>,
-        link: Link,
-        handle: tokio::runtime::Handle,
-        runtime: OwnedRuntime,
-    ) -> Net {
+        let link = {
+            let _guard = handle.enter();
+            link(&cfg, stats.clone(), tx)?
+        };
         let epoch = epoch_now();
         let shm = match (&link, &cfg.shared_memory_dir, &cfg.shaper) {
             (Link::Quic(_), Some(dir), None) => {
@@ -268,10 +261,11 @@ impl Net {
             _runtime: runtime,
         });
         handle.spawn(dispatch(shared.clone()));
-        Net {
+        let net = Net {
             _guard: Arc::new(ShutdownOnDrop(shared.clone())),
             shared,
-        }
+        };
+        Ok((net, rx))
     }
 
     /// This node's id.
@@ -566,7 +560,7 @@ fn check_shared_memory_dir(dir: &std::path::Path) -> Result<(), NetError> {
 }
 
 /// A process-unique epoch, so receivers tell a restarted sender from a late frame.
-fn epoch_now() -> u64 {
+pub(crate) fn epoch_now() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -589,6 +583,12 @@ fn sequenced_inbound(
     let max_message = max_split_message(cfg);
     let mut assembler = Reassembler::new(max_message);
     let mut shm = crate::shm::ShmReceiver::new(cfg.shared_memory_dir.clone(), me);
+    // A frame that arrived whole through shared memory or in parts holds no inbound budget.
+    let whole = |frame: Frame| Inbound {
+        len: frame.body.len(),
+        frame,
+        _budget: [None, None],
+    };
     handle.spawn(async move {
         let mut sequencer = Sequencer::new(max_pending, hole_timeout);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -611,11 +611,7 @@ fn sequenced_inbound(
             for inbound in ready {
                 let inbound = if inbound.frame.header.msg_type == SHM_MSG_TYPE {
                     match shm.receive(&inbound.frame, max_message) {
-                        Ok(frame) => Inbound {
-                            len: frame.body.len(),
-                            frame,
-                            _budget: [None, None],
-                        },
+                        Ok(frame) => whole(frame),
                         Err(error) => {
                             NetStats::bump(&stats.malformed_frames, 1);
                             tracing::warn!(from = %inbound.frame.header.from, %error, "shared-memory message dropped");
@@ -624,11 +620,7 @@ fn sequenced_inbound(
                     }
                 } else if inbound.frame.header.msg_type == PART_MSG_TYPE {
                     match assembler.accept(inbound.frame, std::time::Instant::now()) {
-                        Assembled::Whole(frame) => Inbound {
-                            len: frame.body.len(),
-                            frame,
-                            _budget: [None, None],
-                        },
+                        Assembled::Whole(frame) => whole(frame),
                         Assembled::Pending => continue,
                         Assembled::Dropped { from, reason } => {
                             NetStats::bump(&stats.malformed_frames, 1);

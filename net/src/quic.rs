@@ -738,7 +738,6 @@ async fn read_frame(
         }
         Ok(frame) => {
             stats.received(frame.header.from, frame.header.priority, len as u64);
-            stats.heard_from(frame.header.from);
             if tx
                 .send(Arrival {
                     lane,

@@ -135,7 +135,7 @@ impl NetStats {
         }
     }
 
-    /// A frame of `bytes` arrived from `from` at `priority` and decoded.
+    /// A frame of `bytes` arrived from `from` at `priority` and decoded, just now.
     pub fn received(&self, from: NodeId, priority: Priority, bytes: u64) {
         Self::bump(&self.received_messages, 1);
         Self::bump(&self.received_bytes, bytes);
@@ -143,6 +143,9 @@ impl NetStats {
             let l = links.entry((from, priority)).or_default();
             l.received_messages += 1;
             l.received_bytes += bytes;
+        }
+        if let Ok(mut heard) = self.heard.lock() {
+            heard.insert(from, Instant::now());
         }
     }
 
@@ -160,13 +163,6 @@ impl NetStats {
     pub fn shaper_egress_tokens(&self) -> Option<f64> {
         let v = f64::from_bits(self.shaper_egress_tokens.load(Ordering::Relaxed));
         (!v.is_nan()).then_some(v)
-    }
-
-    /// A complete frame from `peer` arrived now.
-    pub(crate) fn heard_from(&self, peer: NodeId) {
-        if let Ok(mut heard) = self.heard.lock() {
-            heard.insert(peer, Instant::now());
-        }
     }
 
     /// A peer whose certificate binds `name` was disconnected for misbehaving.

@@ -8,13 +8,18 @@ use bytes::Bytes;
 use petrel_messages::runtime::Heartbeat;
 use petrel_messages::{EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage};
 use petrel_net::hostile::{
-    Attack, Claimed, Refusal, StalledFrames, closed_for_hoarding, connect_as_member, flood_frames,
-    misbehave, open_stalled_frames, trickle_frames,
+    Attack, Claimed, Refusal, StalledFrames, connect_as_member, flood_frames, misbehave,
+    open_stalled_frames, refusal, trickle_frames,
 };
 use petrel_net::{ClusterCredentials, Inbound, Net, NetConfig, PeerAddr};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// True when `closed` says the node closed the connection for hoarding inbound budget.
+fn closed_for_hoarding(closed: &quinn::ConnectionError) -> bool {
+    matches!(refusal(closed), Some(Refusal::Hoarding | Refusal::TooSlow))
+}
 
 /// The actors runtime's default `failure_timeout_ms`: a peer silent this long is dead.
 const FAILURE_TIMEOUT: Duration = Duration::from_millis(2000);

@@ -32,6 +32,44 @@ async fn recv(rx: &mut mpsc::Receiver<Inbound>) -> Inbound {
         .expect("channel closed")
 }
 
+/// How many frames arrive on `rx` before the one of type `tag`.
+async fn received_before(rx: &mut mpsc::Receiver<Inbound>, tag: &str) -> usize {
+    let mut before = 0;
+    while recv(rx).await.frame.header.msg_type != tag {
+        before += 1;
+    }
+    before
+}
+
+/// Sends a `tag` frame from node `from` to node `to` at `priority`.
+fn tell(net: &Net, from: u32, to: u32, tag: &str, priority: Priority, body: &[u8]) {
+    let f = frame(from, to, tag, priority, body);
+    net.send(NodeId(to), priority, f).unwrap();
+}
+
+/// A QUIC node `id` on 127.0.0.1 that knows `peers` (id, name, address).
+fn quic_node(
+    id: u32,
+    creds: &ClusterCredentials,
+    cfg: &NetConfig,
+    peers: &[(u32, &str, SocketAddr)],
+) -> (Net, mpsc::Receiver<Inbound>) {
+    let (net, rx) = Net::quic(NodeId(id), localhost(), creds, cfg.clone()).unwrap();
+    for &(peer, name, addr) in peers {
+        net.add_peer(NodeId(peer), name, PeerAddr::Quic(addr));
+    }
+    (net, rx)
+}
+
+/// An in-memory node `id` on `hub`, running on the test's runtime.
+fn memory_node(hub: &MemoryHub, id: u32) -> (Net, mpsc::Receiver<Inbound>) {
+    let cfg = NetConfig {
+        threads: 0,
+        ..NetConfig::default()
+    };
+    Net::memory(hub, NodeId(id), cfg).unwrap()
+}
+
 fn pair(
     cfg: NetConfig,
 ) -> (
@@ -39,11 +77,57 @@ fn pair(
     (Net, mpsc::Receiver<Inbound>),
 ) {
     let creds = ClusterCredentials::generate_cluster(&["a", "b"]).unwrap();
-    let a = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    let b = Net::quic(NodeId(2), localhost(), &creds[1], cfg).unwrap();
+    let a = quic_node(1, &creds[0], &cfg, &[]);
+    let b = quic_node(2, &creds[1], &cfg, &[(1, "a", a.0.local_addr().unwrap())]);
     a.0.add_peer(NodeId(2), "b", PeerAddr::Quic(b.0.local_addr().unwrap()));
-    b.0.add_peer(NodeId(1), "a", PeerAddr::Quic(a.0.local_addr().unwrap()));
     (a, b)
+}
+
+/// Polls `done` every 20 ms for up to `secs` seconds; fails with `what()` if it never holds.
+async fn wait_until(secs: u64, done: impl Fn() -> bool, what: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !done() {
+        assert!(Instant::now() < deadline, "{}", what());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Nothing more arrives on `rx` within 300 ms.
+async fn assert_quiet(rx: &mut mpsc::Receiver<Inbound>, what: &str) {
+    let next = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+    assert!(next.is_err(), "{what}");
+}
+
+/// Node `a` (id 1) expecting `rogue` (id `rogue`) and `good` (id 3) from 127.0.0.1, and a
+/// raw QUIC connection to it holding rogue's certificate.
+struct Rogue {
+    creds: Vec<ClusterCredentials>,
+    a: Net,
+    a_rx: mpsc::Receiver<Inbound>,
+    _endpoint: quinn::Endpoint,
+    conn: quinn::Connection,
+}
+
+impl Rogue {
+    async fn connect(cfg: &NetConfig, rogue: u32) -> Rogue {
+        let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
+        let peers = [(rogue, "rogue", localhost()), (3, "good", localhost())];
+        let (a, a_rx) = quic_node(1, &creds[0], cfg, &peers);
+        let (_endpoint, conn) = rogue_connection(&creds[1], cfg, a.local_addr().unwrap()).await;
+        Rogue {
+            creds,
+            a,
+            a_rx,
+            _endpoint,
+            conn,
+        }
+    }
+
+    /// The well-behaved member `good` (id 3), which knows `a`.
+    fn good(&self, cfg: &NetConfig) -> (Net, mpsc::Receiver<Inbound>) {
+        let a = (1, "a", self.a.local_addr().unwrap());
+        quic_node(3, &self.creds[2], cfg, &[a])
+    }
 }
 
 /// A large tensor crosses QUIC in many chunks, is never gathered, and decodes from the
@@ -124,21 +208,11 @@ async fn a_frame_sent_in_pieces_arrives_as_the_same_bytes() {
 #[tokio::test]
 async fn frames_cross_quic_both_ways() {
     let ((a, mut a_rx), (b, mut b_rx)) = pair(NetConfig::default());
-    a.send(
-        NodeId(2),
-        Priority::NORMAL,
-        frame(1, 2, "hello", Priority::NORMAL, b"abc"),
-    )
-    .unwrap();
+    tell(&a, 1, 2, "hello", Priority::NORMAL, b"abc");
     let got = recv(&mut b_rx).await;
     assert_eq!(got.frame.header.msg_type, "hello");
     assert_eq!(got.frame.header.from, NodeId(1));
-    b.send(
-        NodeId(1),
-        Priority::NORMAL,
-        frame(2, 1, "back", Priority::NORMAL, &vec![7u8; 3 << 20]),
-    )
-    .unwrap();
+    tell(&b, 2, 1, "back", Priority::NORMAL, &vec![7u8; 3 << 20]);
     let got = recv(&mut a_rx).await;
     assert_eq!(got.frame.header.msg_type, "back");
     let body: serde_bytes::ByteBuf = got.frame.body.decode("back").unwrap();
@@ -149,19 +223,10 @@ async fn frames_cross_quic_both_ways() {
 #[tokio::test]
 async fn frames_cross_memory_hub() {
     let hub = MemoryHub::new();
-    let cfg = NetConfig {
-        threads: 0,
-        ..NetConfig::default()
-    };
-    let (a, _a_rx) = Net::memory(&hub, NodeId(1), cfg.clone()).unwrap();
-    let (_b, mut b_rx) = Net::memory(&hub, NodeId(2), cfg).unwrap();
+    let (a, _a_rx) = memory_node(&hub, 1);
+    let (_b, mut b_rx) = memory_node(&hub, 2);
     for i in 0..10u8 {
-        a.send(
-            NodeId(2),
-            Priority::NORMAL,
-            frame(1, 2, "m", Priority::NORMAL, &[i]),
-        )
-        .unwrap();
+        tell(&a, 1, 2, "m", Priority::NORMAL, &[i]);
     }
     for i in 0..10u8 {
         let got = recv(&mut b_rx).await;
@@ -178,39 +243,21 @@ async fn node_with_foreign_credentials_is_refused() {
     };
     let ours = ClusterCredentials::generate_cluster(&["a"]).unwrap();
     let theirs = ClusterCa::generate().unwrap().issue("intruder").unwrap();
-    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &ours[0], cfg.clone()).unwrap();
-    let (intruder, _rx) = Net::quic(NodeId(9), localhost(), &theirs, cfg).unwrap();
-    intruder.add_peer(NodeId(1), "a", PeerAddr::Quic(a.local_addr().unwrap()));
-    intruder
-        .send(
-            NodeId(1),
-            Priority::NORMAL,
-            frame(9, 1, "evil", Priority::NORMAL, b"x"),
-        )
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while intruder.stats().send_failures == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(
-        intruder.stats().send_failures,
-        1,
-        "the intruder's send must fail"
-    );
+    let (a, mut a_rx) = quic_node(1, &ours[0], &cfg, &[]);
+    let (intruder, _rx) = quic_node(9, &theirs, &cfg, &[(1, "a", a.local_addr().unwrap())]);
+    tell(&intruder, 9, 1, "evil", Priority::NORMAL, b"x");
+    let failures = || intruder.stats().send_failures;
+    wait_until(
+        10,
+        || failures() > 0,
+        || "the intruder's send must fail".into(),
+    )
+    .await;
+    assert_eq!(failures(), 1, "the intruder's send must fail once");
     // The intruder can see its failure before `a` has counted the refusal.
-    while a.stats().refused_connections == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        a.stats().refused_connections >= 1,
-        "the handshake must be refused"
-    );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), a_rx.recv())
-            .await
-            .is_err(),
-        "nothing delivered"
-    );
+    let refused = || a.stats().refused_connections >= 1;
+    wait_until(10, refused, || "the handshake must be refused".into()).await;
+    assert_quiet(&mut a_rx, "nothing delivered").await;
     assert_eq!(a.stats().received_messages, 0);
 }
 
@@ -223,19 +270,8 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
         inbound_buffer_bytes: 2 << 20,
         ..NetConfig::default()
     };
-    let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
-    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    a.add_peer(NodeId(5), "rogue", PeerAddr::Quic(localhost()));
-    a.add_peer(NodeId(3), "good", PeerAddr::Quic(localhost()));
-    let a_addr = a.local_addr().unwrap();
-
-    let mut raw = quinn::Endpoint::client(localhost()).unwrap();
-    raw.set_default_client_config(creds[1].client_config(&cfg).unwrap());
-    let conn = raw
-        .connect(a_addr, petrel_net::tls::CLUSTER_SERVER_NAME)
-        .unwrap()
-        .await
-        .unwrap();
+    let mut r = Rogue::connect(&cfg, 5).await;
+    let conn = &r.conn;
     // 1. pure garbage
     let mut s = conn.open_uni().await.unwrap();
     s.write_all(&[0x5a; 64]).await.unwrap();
@@ -275,27 +311,17 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
     s.finish().unwrap();
 
     // A well-behaved member is still served.
-    let (good_node, _rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
-    good_node.add_peer(NodeId(1), "a", PeerAddr::Quic(a_addr));
-    good_node
-        .send(
-            NodeId(1),
-            Priority::NORMAL,
-            frame(3, 1, "fine", Priority::NORMAL, b"ok"),
-        )
-        .unwrap();
-    let got = recv(&mut a_rx).await;
+    let (good_node, _rx) = r.good(&cfg);
+    tell(&good_node, 3, 1, "fine", Priority::NORMAL, b"ok");
+    let got = recv(&mut r.a_rx).await;
     assert_eq!(got.frame.header.msg_type, "fine");
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let st = a.stats();
-        if st.malformed_frames >= 2 && st.oversize_frames >= 1 && st.truncated_streams >= 1 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "counters not bumped: {st:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let counted = || {
+        let st = r.a.stats();
+        st.malformed_frames >= 2 && st.oversize_frames >= 1 && st.truncated_streams >= 1
+    };
+    let st = || format!("counters not bumped: {:?}", r.a.stats());
+    wait_until(5, counted, st).await;
     // A send over what the peer takes even split (its 1 MiB share of the 2 MiB inbound
     // budget) is refused locally, before it costs bandwidth.
     assert!(
@@ -319,39 +345,17 @@ async fn high_priority_overtakes_backlog_on_shaped_link() {
     };
     let ((a, _a_rx), (_b, mut b_rx)) = pair(cfg);
     // Warm the connection up.
-    a.send(
-        NodeId(2),
-        Priority::NORMAL,
-        frame(1, 2, "warm", Priority::NORMAL, b"w"),
-    )
-    .unwrap();
+    tell(&a, 1, 2, "warm", Priority::NORMAL, b"w");
     recv(&mut b_rx).await;
     let chunk = vec![0u8; 512 << 10];
     let backlog = 40; // 20 MiB = 4 s at 40 Mbit/s
     for _ in 0..backlog {
-        a.send(
-            NodeId(2),
-            Priority::LOW,
-            frame(1, 2, "bulk", Priority::LOW, &chunk),
-        )
-        .unwrap();
+        tell(&a, 1, 2, "bulk", Priority::LOW, &chunk);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent = Instant::now();
-    a.send(
-        NodeId(2),
-        Priority::HIGH,
-        frame(1, 2, "urgent", Priority::HIGH, b"now"),
-    )
-    .unwrap();
-    let mut bulk_before = 0;
-    loop {
-        let got = recv(&mut b_rx).await;
-        if got.frame.header.msg_type == "urgent" {
-            break;
-        }
-        bulk_before += 1;
-    }
+    tell(&a, 1, 2, "urgent", Priority::HIGH, b"now");
+    let bulk_before = received_before(&mut b_rx, "urgent").await;
     let latency = sent.elapsed();
     assert!(
         bulk_before < backlog / 2,
@@ -374,21 +378,10 @@ async fn stalled_partial_frames_release_the_inbound_budget() {
         frame_timeout_ms: 500,
         ..NetConfig::default()
     };
-    let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
-    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    a.add_peer(NodeId(5), "rogue", PeerAddr::Quic(localhost()));
-    a.add_peer(NodeId(3), "good", PeerAddr::Quic(localhost()));
-    let a_addr = a.local_addr().unwrap();
-    let mut raw = quinn::Endpoint::client(localhost()).unwrap();
-    raw.set_default_client_config(creds[1].client_config(&cfg).unwrap());
-    let conn = raw
-        .connect(a_addr, petrel_net::tls::CLUSTER_SERVER_NAME)
-        .unwrap()
-        .await
-        .unwrap();
+    let mut r = Rogue::connect(&cfg, 5).await;
     let mut stalled = Vec::new();
     for seq in 0..8u64 {
-        let mut s = conn.open_uni().await.unwrap();
+        let mut s = r.conn.open_uni().await.unwrap();
         let mut head = petrel_net::sequencer::LaneHeader {
             from: 5,
             priority: petrel_messages::Priority(0),
@@ -405,31 +398,19 @@ async fn stalled_partial_frames_release_the_inbound_budget() {
         stalled.push(s); // kept open: never finished
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let (good, _rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
-    good.add_peer(NodeId(1), "a", PeerAddr::Quic(a_addr));
+    let (good, _rx) = r.good(&cfg);
     let started = Instant::now();
-    good.send(
-        NodeId(1),
-        Priority::NORMAL,
-        frame(3, 1, "fine", Priority::NORMAL, &[9u8; 600_000]),
-    )
-    .unwrap();
-    let got = recv(&mut a_rx).await;
+    tell(&good, 3, 1, "fine", Priority::NORMAL, &[9u8; 600_000]);
+    let got = recv(&mut r.a_rx).await;
     assert_eq!(got.frame.header.msg_type, "fine");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "served after {:?}",
         started.elapsed()
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while a.stats().truncated_streams < 8 {
-        assert!(
-            Instant::now() < deadline,
-            "stalled frames not abandoned: {:?}",
-            a.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let abandoned = || r.a.stats().truncated_streams >= 8;
+    let st = || format!("stalled frames not abandoned: {:?}", r.a.stats());
+    wait_until(5, abandoned, st).await;
     drop(stalled);
 }
 
@@ -466,19 +447,10 @@ async fn client_without_certificate_is_refused() {
         Ok::<_, Box<dyn std::error::Error>>(())
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), attempt).await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while a.stats().refused_connections == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "handshake without a certificate was not refused"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), a_rx.recv())
-            .await
-            .is_err()
-    );
+    let refused = || a.stats().refused_connections > 0;
+    let why = || "handshake without a certificate was not refused".into();
+    wait_until(5, refused, why).await;
+    assert_quiet(&mut a_rx, "nothing delivered").await;
     assert_eq!(a.stats().received_messages, 0);
 }
 
@@ -487,29 +459,12 @@ async fn client_without_certificate_is_refused() {
 #[tokio::test]
 async fn failed_send_does_not_stall_the_lane() {
     let hub = MemoryHub::new();
-    let cfg = NetConfig {
-        threads: 0,
-        ..NetConfig::default()
-    };
-    let (a, _a_rx) = Net::memory(&hub, NodeId(1), cfg.clone()).unwrap();
-    a.send(
-        NodeId(2),
-        Priority::CONTROL,
-        frame(1, 2, "lost", Priority::CONTROL, b"1"),
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while a.stats().send_failures == 0 {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let (_b, mut b_rx) = Net::memory(&hub, NodeId(2), cfg).unwrap();
-    a.send(
-        NodeId(2),
-        Priority::CONTROL,
-        frame(1, 2, "next", Priority::CONTROL, b"2"),
-    )
-    .unwrap();
+    let (a, _a_rx) = memory_node(&hub, 1);
+    tell(&a, 1, 2, "lost", Priority::CONTROL, b"1");
+    let failed = || a.stats().send_failures > 0;
+    wait_until(5, failed, || "the send did not fail".into()).await;
+    let (_b, mut b_rx) = memory_node(&hub, 2);
+    tell(&a, 1, 2, "next", Priority::CONTROL, b"2");
     let got = tokio::time::timeout(Duration::from_millis(1000), b_rx.recv())
         .await
         .expect("the lane stalled behind the failed send")
@@ -552,17 +507,11 @@ async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
         frame_timeout_ms: 60_000,
         ..NetConfig::default()
     };
-    let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
-    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    a.add_peer(NodeId(2), "rogue", PeerAddr::Quic(localhost()));
-    a.add_peer(NodeId(3), "good", PeerAddr::Quic(localhost()));
-    let a_addr = a.local_addr().unwrap();
-    let (_raw, conn) = rogue_connection(&creds[1], &cfg, a_addr).await;
-    let hoarding = open_stalled_60_mib_frames(&conn).await;
+    let mut r = Rogue::connect(&cfg, 2).await;
+    let hoarding = open_stalled_60_mib_frames(&r.conn).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let (good, _good_rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
-    good.add_peer(NodeId(1), "a", PeerAddr::Quic(a_addr));
+    let (good, _good_rx) = r.good(&cfg);
     for i in 0..10 {
         let data = frame(
             3,
@@ -576,7 +525,7 @@ async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
         good.send(NodeId(1), Priority::CONTROL, beat).unwrap();
     }
     for _ in 0..20 {
-        let inbound = recv(&mut a_rx).await;
+        let inbound = recv(&mut r.a_rx).await;
         assert_eq!(inbound.frame.header.from, NodeId(3));
     }
     drop(hoarding);
@@ -592,19 +541,16 @@ async fn a_member_that_keeps_stalling_frames_is_disconnected() {
         frame_timeout_ms: 300,
         ..NetConfig::default()
     };
-    let creds = ClusterCredentials::generate_cluster(&["a", "rogue"]).unwrap();
-    let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    a.add_peer(NodeId(2), "rogue", PeerAddr::Quic(localhost()));
-    let (_raw, conn) = rogue_connection(&creds[1], &cfg, a.local_addr().unwrap()).await;
-    let hoarding = open_stalled_60_mib_frames(&conn).await;
-    let closed = tokio::time::timeout(Duration::from_secs(30), conn.closed())
+    let r = Rogue::connect(&cfg, 2).await;
+    let hoarding = open_stalled_60_mib_frames(&r.conn).await;
+    let closed = tokio::time::timeout(Duration::from_secs(30), r.conn.closed())
         .await
         .expect("hoarding peer was never disconnected");
     assert!(
         matches!(closed, quinn::ConnectionError::ApplicationClosed(ref c) if c.error_code == quinn::VarInt::from_u32(5)),
         "{closed:?}"
     );
-    let st = a.stats();
+    let st = r.a.stats();
     assert_eq!(st.disconnected_peers, 1, "{st:?}");
     assert!(st.truncated_streams >= 3, "{st:?}");
     drop(hoarding);
@@ -630,12 +576,10 @@ async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
         ..NetConfig::default()
     };
     let creds = ClusterCredentials::generate_cluster(&["victim", "w0"]).unwrap();
-    let (victim, mut victim_rx) =
-        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).unwrap();
-    let (w0, _w0_rx) = Net::quic(NodeId(1), localhost(), &creds[1], cfg.clone()).unwrap();
+    let (victim, mut victim_rx) = quic_node(0, &creds[0], &cfg, &[]);
     let victim_addr = victim.local_addr().unwrap();
+    let (w0, _w0_rx) = quic_node(1, &creds[1], &cfg, &[(0, "victim", victim_addr)]);
     victim.add_peer(NodeId(1), "w0", PeerAddr::Quic(w0.local_addr().unwrap()));
-    w0.add_peer(NodeId(0), "victim", PeerAddr::Quic(victim_addr));
     let data = |i: usize| {
         frame(
             1,
@@ -671,11 +615,8 @@ async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
         }
         outcomes
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while victim.stats().refused_connections == 0 {
-        assert!(Instant::now() < deadline, "{:?}", victim.stats());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let refused = || victim.stats().refused_connections > 0;
+    wait_until(30, refused, || format!("{:?}", victim.stats())).await;
     const HONEST: usize = 40;
     for i in 1..=HONEST {
         w0.send(NodeId(0), Priority::NORMAL, data(i)).unwrap();
@@ -723,8 +664,7 @@ async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
 async fn a_node_bound_to_the_unspecified_address_is_admitted_from_its_port() {
     let cfg = NetConfig::default();
     let creds = ClusterCredentials::generate_cluster(&["victim", "w0"]).unwrap();
-    let (victim, mut victim_rx) =
-        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).unwrap();
+    let (victim, mut victim_rx) = quic_node(0, &creds[0], &cfg, &[]);
     let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
     let (w0, _w0_rx) = Net::quic(NodeId(1), any, &creds[1], cfg).unwrap();
     let w0_addr = w0.local_addr().unwrap();
@@ -735,12 +675,7 @@ async fn a_node_bound_to_the_unspecified_address_is_admitted_from_its_port() {
         "victim",
         PeerAddr::Quic(victim.local_addr().unwrap()),
     );
-    w0.send(
-        NodeId(0),
-        Priority::NORMAL,
-        frame(1, 0, "from-any", Priority::NORMAL, b"ok"),
-    )
-    .unwrap();
+    tell(&w0, 1, 0, "from-any", Priority::NORMAL, b"ok");
     assert_eq!(recv(&mut victim_rx).await.frame.header.msg_type, "from-any");
     assert_eq!(victim.stats().refused_connections, 0);
 }
@@ -752,47 +687,27 @@ async fn a_node_bound_to_the_unspecified_address_is_admitted_from_its_port() {
 async fn a_member_claiming_another_members_name_is_refused() {
     let cfg = NetConfig::default();
     let creds = ClusterCredentials::generate_cluster(&["a", "b", "c"]).unwrap();
-    let (c, mut c_rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg.clone()).unwrap();
-    let c_addr = PeerAddr::Quic(c.local_addr().unwrap());
-    c.add_peer(NodeId(1), "a", PeerAddr::Quic(localhost()));
-    c.add_peer(NodeId(2), "b", PeerAddr::Quic(localhost()));
+    let (c, mut c_rx) = quic_node(
+        3,
+        &creds[2],
+        &cfg,
+        &[(1, "a", localhost()), (2, "b", localhost())],
+    );
+    let c_peer = [(3, "c", c.local_addr().unwrap())];
 
     // a's certificate, b's id: lane header and envelope both say b.
-    let (posing_as_b, _rx) = Net::quic(NodeId(2), localhost(), &creds[0], cfg.clone()).unwrap();
-    posing_as_b.add_peer(NodeId(3), "c", c_addr.clone());
-    posing_as_b
-        .send(
-            NodeId(3),
-            Priority::CONTROL,
-            frame(2, 3, "forged-b", Priority::CONTROL, b"x"),
-        )
-        .unwrap();
+    let (posing_as_b, _rx) = quic_node(2, &creds[0], &cfg, &c_peer);
+    tell(&posing_as_b, 2, 3, "forged-b", Priority::CONTROL, b"x");
     // a's certificate and id on the lane, but the envelope claims b.
-    let (a_lying, _rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    a_lying.add_peer(NodeId(3), "c", c_addr.clone());
-    a_lying
-        .send(
-            NodeId(3),
-            Priority::CONTROL,
-            frame(2, 3, "forged-envelope", Priority::CONTROL, b"x"),
-        )
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.stats().impostor_frames < 2 {
-        assert!(Instant::now() < deadline, "{:?}", c.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (a_lying, _rx) = quic_node(1, &creds[0], &cfg, &c_peer);
+    tell(&a_lying, 2, 3, "forged-envelope", Priority::CONTROL, b"x");
+    let forged = || c.stats().impostor_frames >= 2;
+    wait_until(10, forged, || format!("{:?}", c.stats())).await;
 
-    let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
-    let (b, _b_rx) = Net::quic(NodeId(2), localhost(), &creds[1], cfg).unwrap();
+    let (a, _a_rx) = quic_node(1, &creds[0], &cfg, &c_peer);
+    let (b, _b_rx) = quic_node(2, &creds[1], &cfg, &c_peer);
     for (net, from, tag) in [(&a, 1, "honest-a"), (&b, 2, "honest-b")] {
-        net.add_peer(NodeId(3), "c", c_addr.clone());
-        net.send(
-            NodeId(3),
-            Priority::NORMAL,
-            frame(from, 3, tag, Priority::NORMAL, b"ok"),
-        )
-        .unwrap();
+        tell(net, from, 3, tag, Priority::NORMAL, b"ok");
     }
     let mut got: Vec<(NodeId, String)> = Vec::new();
     for _ in 0..2 {
@@ -807,12 +722,7 @@ async fn a_member_claiming_another_members_name_is_refused() {
             (NodeId(2), "honest-b".into())
         ]
     );
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), c_rx.recv())
-            .await
-            .is_err(),
-        "nothing forged delivered"
-    );
+    assert_quiet(&mut c_rx, "nothing forged delivered").await;
     let st = c.stats();
     assert_eq!(st.impostor_frames, 2, "{st:?}");
     assert_eq!(st.received_messages, 2, "{st:?}");
@@ -827,31 +737,18 @@ async fn a_connection_to_a_node_reaches_only_that_nodes_certificate() {
         ..NetConfig::default()
     };
     let creds = ClusterCredentials::generate_cluster(&["a", "b"]).unwrap();
-    let (squatter, mut squatter_rx) =
-        Net::quic(NodeId(2), localhost(), &creds[0], cfg.clone()).unwrap();
-    let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg).unwrap();
-    squatter.add_peer(NodeId(1), "a", PeerAddr::Quic(a.local_addr().unwrap()));
+    let (a, _a_rx) = quic_node(1, &creds[0], &cfg, &[]);
+    let a_peer = [(1, "a", a.local_addr().unwrap())];
+    let (squatter, mut squatter_rx) = quic_node(2, &creds[0], &cfg, &a_peer);
     a.add_peer(
         NodeId(2),
         "b",
         PeerAddr::Quic(squatter.local_addr().unwrap()),
     );
-    a.send(
-        NodeId(2),
-        Priority::NORMAL,
-        frame(1, 2, "for-b", Priority::NORMAL, b"x"),
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while a.stats().send_failures == 0 {
-        assert!(Instant::now() < deadline, "{:?}", a.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), squatter_rx.recv())
-            .await
-            .is_err()
-    );
+    tell(&a, 1, 2, "for-b", Priority::NORMAL, b"x");
+    let failed = || a.stats().send_failures > 0;
+    wait_until(10, failed, || format!("{:?}", a.stats())).await;
+    assert_quiet(&mut squatter_rx, "nothing reached the squatter").await;
 }
 
 /// A frame three times `max_message_bytes` is split by the sender's
@@ -869,12 +766,7 @@ async fn a_frame_three_times_the_limit_crosses_quic_in_parts() {
     let big = frame(1, 2, "big", Priority::NORMAL, &body);
     assert!(big.len() > 3 << 20);
     a.send(NodeId(2), Priority::NORMAL, big.clone()).unwrap();
-    a.send(
-        NodeId(2),
-        Priority::NORMAL,
-        frame(1, 2, "after", Priority::NORMAL, b"x"),
-    )
-    .unwrap();
+    tell(&a, 1, 2, "after", Priority::NORMAL, b"x");
     let got = recv(&mut b_rx).await;
     assert_eq!(got.frame.header.msg_type, "big");
     assert_eq!(got.frame.header.from, NodeId(1));
@@ -919,12 +811,7 @@ async fn a_large_frame_is_striped_over_three_connections_and_arrives_whole_in_or
     assert_eq!(st.opened_connections, 3, "{st:?}");
     // Small frames are never striped.
     let small = NetConfig::default().stripe_min_bytes - 1;
-    a.send(
-        NodeId(2),
-        Priority::NORMAL,
-        frame(1, 2, "small", Priority::NORMAL, &vec![0u8; small - 200]),
-    )
-    .unwrap();
+    tell(&a, 1, 2, "small", Priority::NORMAL, &vec![0u8; small - 200]);
     assert_eq!(recv(&mut b_rx).await.frame.header.msg_type, "small");
     assert_eq!(a.stats().striped_messages, 1);
 }
@@ -942,26 +829,13 @@ async fn high_priority_passes_a_striped_backlog() {
     let blob = vec![3u8; 4 << 20];
     let backlog = 16;
     for i in 0..backlog {
-        let f = frame(1, 2, &format!("bulk{i}"), Priority::LOW, &blob);
-        a.send(NodeId(2), Priority::LOW, f).unwrap();
+        tell(&a, 1, 2, &format!("bulk{i}"), Priority::LOW, &blob);
     }
     // Let the backlog reach the wire first.
     let first = recv(&mut b_rx).await;
     assert_eq!(first.frame.header.msg_type, "bulk0");
-    a.send(
-        NodeId(2),
-        Priority::HIGH,
-        frame(1, 2, "urgent", Priority::HIGH, b"now"),
-    )
-    .unwrap();
-    let mut bulk_before_urgent = 1;
-    loop {
-        let got = recv(&mut b_rx).await;
-        if got.frame.header.msg_type == "urgent" {
-            break;
-        }
-        bulk_before_urgent += 1;
-    }
+    tell(&a, 1, 2, "urgent", Priority::HIGH, b"now");
+    let bulk_before_urgent = 1 + received_before(&mut b_rx, "urgent").await;
     assert!(
         bulk_before_urgent < backlog,
         "the urgent message waited for the whole striped backlog"

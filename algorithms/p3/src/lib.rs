@@ -2,7 +2,7 @@
 //! parameters are sliced and sent in the order the next forward pass needs them.
 //!
 //! # A tour
-//! 1. [`core`]: the decision logic, sans I/O: the [`SlicePlan`], its [`SliceQueue`], per-layer
+//! 1. [`core`]: the decision logic, sans I/O: the [`SlicePlan`], per-layer
 //!    [`LayerReadiness`], the [`SliceShardCore`] and [`SliceWorkerCore`] engines, the
 //!    [`CostModel`], [`Bounds`] and [`simulate`], and [`ModelProfile`]s. The three [`Mode`]s
 //!    compute bit-identical parameters; only the timing differs.
@@ -40,8 +40,8 @@ pub mod shells;
 
 pub use crate::core::{
     Bounds, CostModel, EngineError, LayerReadiness, Mode, ModelProfile, PlanError, ProfileError,
-    SimConfig, SimReport, Slice, SlicePlan, SliceQueue, SliceShardCore, SliceWorkerCore,
-    auto_slice_size, ideal_iteration_s, reference_step, simulate,
+    SimConfig, SimReport, Slice, SlicePlan, SliceShardCore, SliceWorkerCore, auto_slice_size,
+    ideal_iteration_s, reference_step, simulate,
 };
 pub use error::P3Error;
 pub use kit::{

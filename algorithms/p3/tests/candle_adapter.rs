@@ -9,8 +9,9 @@ use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_ml::dnn::cifar::synthetic_cifar;
 use petrel_ml::dnn::data::{Dataset, gaussian_clusters};
 use petrel_net::NetConfig;
+use petrel_p3::models::ModelError;
 use petrel_p3::models::nets;
-use petrel_p3::models::staged::{evaluate, train_single_process};
+use petrel_p3::models::staged::evaluate;
 use petrel_p3::{CandleStageModel, Mode, P3Job, StageModel, StagedNet, run_cluster};
 
 fn max_rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
@@ -54,12 +55,12 @@ fn stagewise_gradients_match_whole_model_backward() {
         let (_, initial) = net.init(7).unwrap();
         let mut m = CandleStageModel::new(net.clone(), &initial, data, 4, 1, 2).unwrap();
         // Move off the initial point so that zero-initialised tensors get gradients too.
-        let whole0 = m.whole_model_grads(0).unwrap();
+        let whole0 = m.whole_model_pass(0).unwrap().0;
         for (t, (p, g)) in initial.iter().zip(&whole0).enumerate() {
             let moved: Vec<f32> = p.iter().zip(g).map(|(p, g)| p - 0.1 * g).collect();
             m.set_tensor(t, &moved).unwrap();
         }
-        let whole = m.whole_model_grads(1).unwrap();
+        let whole = m.whole_model_pass(1).unwrap().0;
         let staged = stagewise_grads(&mut m, 1);
         let diff = max_rel_diff(&staged, &whole);
         assert!(
@@ -117,6 +118,37 @@ fn job(mode: Mode, initial: &[Vec<f32>], opt: FlatSgdMomentum) -> P3Job {
 }
 
 /// Tolerance of the data-parallel run against one process at the same global batch: the
+/// Trains `net` in this process with candle alone (whole-model backward, no P3, no
+/// network): `iterations` steps of SGD with momentum `opt` on batches of `global_batch`
+/// consecutive rows (iteration `i` takes rows `[i * global_batch, ..)`, the rows that `n`
+/// P3 workers with batch `global_batch / n` share in that iteration). Returns the final
+/// parameters: the reference a data-parallel run must reproduce.
+fn train_single_process(
+    net: &StagedNet,
+    initial: &[Vec<f32>],
+    data: Arc<Dataset>,
+    global_batch: usize,
+    opt: FlatSgdMomentum,
+    iterations: u64,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let mut params = initial.to_vec();
+    let mut velocity: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
+    let mut model = CandleStageModel::new(net.clone(), initial, data, global_batch, 0, 1)?;
+    for iter in 0..iterations {
+        let grads = model.whole_model_pass(iter)?.0;
+        for (t, ((v, p), g)) in velocity
+            .iter_mut()
+            .zip(params.iter_mut())
+            .zip(&grads)
+            .enumerate()
+        {
+            opt.step(v, p, g)?;
+            model.set_tensor(t, p)?;
+        }
+    }
+    Ok(params)
+}
+
 /// shards average two per-worker mean gradients where candle takes one mean over the
 /// global batch, so the sums round differently (a few ulps per step).
 const SINGLE_PROCESS_TOL: f32 = 1e-4;

@@ -118,16 +118,12 @@ fn chunked_f64_and_u32_fields_keep_every_bit_and_are_copied_straight_out() {
         }
     }
     // A payload that is not whole values is an error, chunked or not.
-    let mut odd = encode(&Delta {
+    let empty = Delta {
         rows: Vec::new(),
         values: Vec::new(),
         few: Vec::new(),
-    });
-    let at = odd.windows(6).position(|w| w == b"values").unwrap() + 6;
-    odd.truncate(at);
-    odd.push(0xc6);
-    odd.extend_from_slice(&80_004u32.to_be_bytes());
-    odd.extend(std::iter::repeat_n(0u8, 80_004));
+    };
+    let mut odd = with_bin32(encode(&empty), b"values", 80_004);
     odd.extend(encode(&"few"));
     odd.extend(encode(&serde_bytes::Bytes::new(&[])));
     let whole = crate::decode_body::<Delta>("delta", &odd).unwrap_err();
@@ -136,6 +132,16 @@ fn chunked_f64_and_u32_fields_keep_every_bit_and_are_copied_straight_out() {
         .decode::<Delta>("delta")
         .unwrap_err();
     assert_eq!(chunked_err, whole);
+}
+
+/// `body` cut after the key `field`, then a bin32 of `len` zero bytes as its value.
+fn with_bin32(mut body: Vec<u8>, field: &[u8], len: u32) -> Vec<u8> {
+    let at = body.windows(field.len()).position(|w| w == field).unwrap() + field.len();
+    body.truncate(at);
+    body.push(0xc6);
+    body.extend_from_slice(&len.to_be_bytes());
+    body.extend(std::iter::repeat_n(0u8, len as usize));
+    body
 }
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -178,16 +184,12 @@ fn bad_bodies_are_the_same_errors_as_gathered() {
         .unwrap_err();
     let whole_err = crate::decode_body::<Blob>("blob", cut).unwrap_err();
     assert_eq!(chunked_err, whole_err);
-    let mut odd = encode(&Blob {
+    let empty = Blob {
         tensor: Tensor::from_vec(vec![]),
         step: 1,
-    });
-    // Rewrite `data` as a bin32 of 4 * 20_000 + 1 bytes.
-    let at = odd.windows(4).position(|w| w == b"data").unwrap() + 4;
-    odd.truncate(at);
-    odd.push(0xc6);
-    odd.extend_from_slice(&80_001u32.to_be_bytes());
-    odd.extend(std::iter::repeat_n(0u8, 80_001));
+    };
+    // `data` as a bin32 of 4 * 20_000 + 1 bytes.
+    let mut odd = with_bin32(encode(&empty), b"data", 80_001);
     odd.extend(encode(&"step"));
     odd.push(1);
     let chunked_err = Body::from_chunks(chunked(&odd, &[4096, 13]))

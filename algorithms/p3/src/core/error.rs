@@ -130,12 +130,6 @@ pub enum ProfileError {
         #[source]
         source: serde_json::Error,
     },
-    /// The profile could not be rendered as TOML.
-    #[error("cannot write profile as TOML")]
-    TomlWrite(#[source] toml::ser::Error),
-    /// The profile could not be rendered as JSON.
-    #[error("cannot write profile as JSON")]
-    JsonWrite(#[source] serde_json::Error),
     /// A well-formed file with impossible content (no layers, negative FLOPs, ...).
     #[error("{origin}: {detail}")]
     Invalid { origin: String, detail: String },

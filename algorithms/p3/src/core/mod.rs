@@ -4,7 +4,6 @@
 //! - [`mode`]: [`Mode`], sequential / fifo / p3.
 //! - [`slicing`]: [`SlicePlan`] cuts every plan layer (one parameter tensor) into
 //!   [`Slice`]s, each with its shard and its wire [`Priority`](petrel_messages::Priority).
-//! - [`queue`]: [`SliceQueue`], the workspace's one priority queue over slices.
 //! - [`readiness`]: [`LayerReadiness`], which layers' slices are all back, so a forward
 //!   pass of layer `l` waits only for layer `l`.
 //! - [`shard`] and [`worker`]: the engines, [`SliceShardCore`] (aggregate, average, apply
@@ -20,7 +19,6 @@ pub mod cost;
 pub mod error;
 pub mod mode;
 pub mod profile;
-pub mod queue;
 pub mod readiness;
 pub mod shard;
 pub mod simulator;
@@ -31,7 +29,6 @@ pub use cost::{Bounds, CostModel, ideal_iteration_s};
 pub use error::{EngineError, PlanError, ProfileError};
 pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};
-pub use queue::SliceQueue;
 pub use readiness::LayerReadiness;
 pub use shard::{SliceShardCore, SliceState, reference_step};
 pub use simulator::{SimConfig, SimReport, auto_slice_size, simulate};

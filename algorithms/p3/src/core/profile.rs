@@ -34,7 +34,7 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 pub use crate::core::error::ProfileError;
 
@@ -139,7 +139,7 @@ impl Default for SockeyeConfig {
 }
 
 /// On-disk form of a profile (see the module docs).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileFile {
     name: String,
@@ -147,18 +147,14 @@ struct ProfileFile {
     layers: Vec<LayerEntry>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LayerEntry {
     name: String,
     params: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     fwd_flops: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     bwd_flops: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     fwd_ms: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     bwd_ms: Option<f64>,
 }
 
@@ -421,24 +417,6 @@ impl ModelProfile {
         })
     }
 
-    fn to_file(&self) -> ProfileFile {
-        ProfileFile {
-            name: self.name.clone(),
-            layers: self
-                .layers
-                .iter()
-                .map(|l| LayerEntry {
-                    name: l.name.clone(),
-                    params: l.params,
-                    fwd_flops: l.measured.is_none().then_some(l.fwd_flops),
-                    bwd_flops: l.measured.is_none().then_some(l.bwd_flops),
-                    fwd_ms: l.measured.map(|m| m.fwd_s * 1e3),
-                    bwd_ms: l.measured.map(|m| m.bwd_s * 1e3),
-                })
-                .collect(),
-        }
-    }
-
     /// Parses a TOML profile; `origin` (a path or `<string>`) is used in errors.
     pub fn from_toml_str(s: &str, origin: &str) -> Result<Self, ProfileError> {
         let file: ProfileFile = toml::from_str(s).map_err(|source| ProfileError::Toml {
@@ -457,26 +435,6 @@ impl ModelProfile {
         Self::from_file(file, origin)
     }
 
-    /// The profile in its TOML file form.
-    pub fn to_toml_string(&self) -> Result<String, ProfileError> {
-        toml::to_string(&self.to_file()).map_err(ProfileError::TomlWrite)
-    }
-
-    /// The profile in its JSON file form.
-    pub fn to_json_string(&self) -> Result<String, ProfileError> {
-        serde_json::to_string_pretty(&self.to_file()).map_err(ProfileError::JsonWrite)
-    }
-
-    fn is_json(path: &Path) -> Result<bool, ProfileError> {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some(e) if e.eq_ignore_ascii_case("toml") => Ok(false),
-            Some(e) if e.eq_ignore_ascii_case("json") => Ok(true),
-            _ => Err(ProfileError::UnknownFormat {
-                path: path.to_path_buf(),
-            }),
-        }
-    }
-
     /// Every layer's forward and backward seconds per iteration on a device of `flops`
     /// FLOP/s at `batch` samples.
     pub fn layer_seconds(&self, flops: f64, batch: usize) -> (Vec<f64>, Vec<f64>) {
@@ -489,7 +447,15 @@ impl ModelProfile {
     /// Loads a `.toml` or `.json` profile (format chosen by extension).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let path = path.as_ref();
-        let json = Self::is_json(path)?;
+        let json = match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("toml") => false,
+            Some(e) if e.eq_ignore_ascii_case("json") => true,
+            _ => {
+                return Err(ProfileError::UnknownFormat {
+                    path: path.to_path_buf(),
+                });
+            }
+        };
         let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
             path: path.to_path_buf(),
             source,
@@ -500,20 +466,6 @@ impl ModelProfile {
         } else {
             Self::from_toml_str(&text, &origin)
         }
-    }
-
-    /// Saves as `.toml` or `.json` (format chosen by extension).
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ProfileError> {
-        let path = path.as_ref();
-        let text = if Self::is_json(path)? {
-            self.to_json_string()?
-        } else {
-            self.to_toml_string()?
-        };
-        std::fs::write(path, text).map_err(|source| ProfileError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
     }
 }
 

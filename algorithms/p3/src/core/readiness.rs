@@ -47,20 +47,9 @@ impl LayerReadiness {
         self.missing.get(layer).is_some_and(|&m| m == 0)
     }
 
-    /// Number of leading layers that are ready: forward can run through layers
-    /// `0..ready_prefix()` without waiting.
-    pub fn ready_prefix(&self) -> usize {
-        self.missing.iter().take_while(|&&m| m == 0).count()
-    }
-
     /// Whether every layer is ready.
     pub fn all_ready(&self) -> bool {
         self.missing.iter().all(|&m| m == 0)
-    }
-
-    /// Slices still missing for `layer`.
-    pub fn missing(&self, layer: usize) -> usize {
-        self.missing.get(layer).copied().unwrap_or(0)
     }
 
     /// Starts a new round for one layer (after its forward pass consumed it).
@@ -85,30 +74,27 @@ impl LayerReadiness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::queue::SliceQueue;
-    use petrel_messages::Priority;
+    use petrel_messages::{Priority, PriorityQueue};
 
     #[test]
     fn readiness_tracks_layers() {
         let plan = SlicePlan::new(&[4, 0, 2], 2, 2).unwrap();
         let mut r = LayerReadiness::new(&plan);
         assert!(!r.is_ready(0) && r.is_ready(1) && !r.is_ready(2));
-        assert_eq!(r.ready_prefix(), 0);
         assert_eq!(r.mark_received(2), Ok(true)); // layer 2 has one slice
         assert!(r.is_ready(2));
         assert_eq!(r.mark_received(1), Ok(false));
         assert_eq!(r.mark_received(1), Ok(false)); // duplicate is harmless
-        assert_eq!(r.missing(0), 1);
+        assert!(!r.is_ready(0));
         assert_eq!(r.mark_received(0), Ok(true));
-        assert_eq!(r.ready_prefix(), 3);
         assert!(r.all_ready());
         assert!(matches!(
             r.mark_received(3),
             Err(PlanError::UnknownSlice { id: 3, n_slices: 3 })
         ));
         r.reset_layer(0);
-        assert_eq!((r.missing(0), r.ready_prefix()), (2, 0));
-        assert!(r.is_ready(2));
+        assert_eq!(r.mark_received(0), Ok(false));
+        assert!(!r.is_ready(0) && r.is_ready(2));
         r.reset();
         assert!(!r.is_ready(2));
     }
@@ -126,15 +112,15 @@ mod tests {
             .map(|(t, &n)| (0..n).map(|i| (t * 100) as f32 + i as f32 * 0.5).collect())
             .collect();
         let mut rebuilt: Vec<Vec<f32>> = grads.iter().map(|g| vec![0.0; g.len()]).collect();
-        let mut q = SliceQueue::new();
+        let mut q = PriorityQueue::new();
         for l in (0..plan.n_layers()).rev() {
             for s in plan.layer_slices(l) {
-                q.push_slice(*s);
+                q.push(s.priority, *s);
             }
         }
         let mut ready = LayerReadiness::new(&plan);
         let mut last_prio = Priority(i32::MAX);
-        while let Some(s) = q.pop() {
+        while let Some((_, s)) = q.pop() {
             assert!(s.priority <= last_prio);
             last_prio = s.priority;
             let (o, n) = (s.offset as usize, s.len as usize);

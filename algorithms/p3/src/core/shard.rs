@@ -44,7 +44,6 @@ pub struct SliceShardCore {
     n_workers: usize,
     opt: FlatSgdMomentum,
     slices: HashMap<usize, ShardSlice>,
-    updates: u64,
 }
 
 impl SliceShardCore {
@@ -88,7 +87,6 @@ impl SliceShardCore {
             n_workers,
             opt,
             slices,
-            updates: 0,
         })
     }
 
@@ -100,11 +98,6 @@ impl SliceShardCore {
     /// Number of slices this shard owns.
     pub fn n_slices(&self) -> usize {
         self.slices.len()
-    }
-
-    /// Slice updates applied so far.
-    pub fn updates(&self) -> u64 {
-        self.updates
     }
 
     fn slice_mut(&mut self, slice: usize) -> Result<&mut ShardSlice, EngineError> {
@@ -128,11 +121,6 @@ impl SliceShardCore {
         s.velocity.iter_mut().for_each(|v| *v = 0.0);
         s.initialised = true;
         Ok(())
-    }
-
-    /// Whether every owned slice has been initialised.
-    pub fn all_initialised(&self) -> bool {
-        self.slices.values().all(|s| s.initialised)
     }
 
     /// Current values of an owned slice.
@@ -262,9 +250,7 @@ impl SliceShardCore {
         opt.step(&mut s.velocity, &mut s.params, &sum)?;
         s.received = 0;
         s.iter += 1;
-        let out = s.params.clone();
-        self.updates += 1;
-        Ok(Some(out))
+        Ok(Some(s.params.clone()))
     }
 }
 
@@ -325,7 +311,6 @@ mod tests {
         core.contribute(1, 0, 0, vec![0.0; 3]).unwrap();
         let out = core.contribute(1, 1, 0, vec![0.0; 3]).unwrap().unwrap();
         assert!(out.iter().all(|&x| (x - (0.8 - 0.18)).abs() < 1e-6));
-        assert_eq!(core.updates(), 2);
     }
 
     #[test]
@@ -347,7 +332,6 @@ mod tests {
         a.contribute(1, 1, 0, vec![1.0; 3]).unwrap();
         let mut b = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
         b.restore(1, snap.clone()).unwrap();
-        assert!(b.all_initialised());
         b.contribute(1, 1, 0, vec![1.0; 3]).unwrap();
         let from_a = a.contribute(1, 0, 0, vec![0.25; 3]).unwrap();
         let from_b = b.contribute(1, 0, 0, vec![0.25; 3]).unwrap();
@@ -372,7 +356,6 @@ mod tests {
             Err(EngineError::NotOwned { .. })
         ));
         core.init_slice(1, vec![0.0; 2]).unwrap();
-        assert!(core.all_initialised());
         assert!(matches!(
             core.contribute(0, 0, 1, vec![0.0; 3]),
             Err(EngineError::Length { .. })

@@ -5,11 +5,12 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use petrel_messages::PriorityQueue;
+
 use crate::core::cost::{Bounds, CostModel};
 use crate::core::error::PlanError;
 use crate::core::mode::Mode;
 use crate::core::profile::ModelProfile;
-use crate::core::queue::SliceQueue;
 use crate::core::readiness::LayerReadiness;
 use crate::core::slicing::SlicePlan;
 
@@ -56,26 +57,6 @@ pub struct SimConfig {
     /// Measured iterations, after one warm-up iteration (which starts with all parameters
     /// in place and is not counted). At least 1.
     pub iterations: usize,
-}
-
-impl SimConfig {
-    /// One worker (dedicated server NICs, no per-slice overhead) of the given device,
-    /// batch and link.
-    pub fn new(
-        mode: Mode,
-        slice_size: u64,
-        bandwidth_bytes_per_s: f64,
-        device_flops_per_s: f64,
-        batch: usize,
-        iterations: usize,
-    ) -> Self {
-        SimConfig {
-            mode,
-            slice_size,
-            cost: CostModel::new(device_flops_per_s, batch, bandwidth_bytes_per_s, 1),
-            iterations,
-        }
-    }
 }
 
 /// Simulator output.
@@ -128,7 +109,7 @@ impl Ord for Event {
 /// One link direction: non-preemptive within a slice, priority order between slices.
 #[derive(Default)]
 struct Link {
-    queue: SliceQueue<usize>,
+    queue: PriorityQueue<usize>,
     busy: bool,
 }
 
@@ -178,7 +159,7 @@ impl Sim<'_> {
         if link.busy {
             return;
         }
-        if let Some(id) = link.queue.pop() {
+        if let Some((_, id)) = link.queue.pop() {
             link.busy = true;
             let done = now + self.slice_time[id];
             let kind = if is_push {
@@ -398,8 +379,22 @@ mod tests {
     const DEVICE: f64 = 10e12;
     const BATCH: usize = 32;
 
-    fn run(profile: &ModelProfile, mode: Mode, bw: f64, iters: usize) -> SimReport {
-        let cfg = SimConfig::new(mode, 40_000, bw, DEVICE, BATCH, iters);
+    /// One worker (dedicated server NICs, no per-slice overhead) of the given device,
+    /// batch and link.
+    fn sim_config(mode: Mode, slice_size: u64, bw: f64, device: f64, batch: usize) -> SimConfig {
+        SimConfig {
+            mode,
+            slice_size,
+            cost: CostModel::new(device, batch, bw, 1),
+            iterations: 2,
+        }
+    }
+
+    fn run(profile: &ModelProfile, mode: Mode, bw: f64, iterations: usize) -> SimReport {
+        let cfg = SimConfig {
+            iterations,
+            ..sim_config(mode, 40_000, bw, DEVICE, BATCH)
+        };
         simulate(profile, &cfg).unwrap()
     }
 
@@ -507,7 +502,7 @@ mod tests {
             };
             let mut t = Vec::new();
             for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
-                let cfg = SimConfig::new(mode, slice, bw, 1e12, 8, 2);
+                let cfg = sim_config(mode, slice, bw, 1e12, 8);
                 let r = simulate(&p, &cfg).unwrap();
                 proptest::prop_assert!(r.secs_per_iter >= r.bounds.optimal_s * (1.0 - 1e-9));
                 t.push((r.secs_per_iter, r.bounds));

@@ -5,8 +5,8 @@
 //! In [`Mode::P3`] a slice of layer `l` (0-based, forward order) of a model with `L` layers
 //! has `priority = L - l`: layer 0 gets `L`, the last layer gets 1, and a *higher* value is
 //! sent first. In [`Mode::Fifo`] and [`Mode::Sequential`] every layer is one slice (or one
-//! part per shard, [`SlicePlan::layerwise_split`]) and all priorities are 0, so the
-//! [`crate::core::SliceQueue`] degenerates to FIFO: gradients go out in the order backprop
+//! part per shard, [`SlicePlan::layerwise_split`]) and all priorities are 0, so a
+//! [`PriorityQueue`](petrel_messages::PriorityQueue) degenerates to FIFO: gradients go out in the order backprop
 //! produces them (last layer first).
 
 use petrel_messages::Priority;
@@ -35,8 +35,6 @@ pub struct Slice {
 /// Every layer cut into slices, with shard and priority.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlicePlan {
-    mode: Mode,
-    slice_size: u64,
     n_shards: usize,
     slices: Vec<Slice>,
     /// Range of slice ids of each layer.
@@ -131,8 +129,6 @@ impl SlicePlan {
             layer_ranges.push(start..slices.len());
         }
         Ok(SlicePlan {
-            mode,
-            slice_size,
             n_shards,
             slices,
             layer_ranges,
@@ -145,14 +141,6 @@ impl SlicePlan {
         Priority(n_layers.saturating_sub(layer).min(i32::MAX as usize) as i32)
     }
 
-    /// The mode the plan was made for.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-    /// Parameters per slice (P3 plans; ignored by the others).
-    pub fn slice_size(&self) -> u64 {
-        self.slice_size
-    }
     /// Number of server shards the slices are spread over.
     pub fn n_shards(&self) -> usize {
         self.n_shards
@@ -186,15 +174,6 @@ impl SlicePlan {
     pub fn shard_slices(&self, shard: usize) -> impl Iterator<Item = &Slice> {
         self.slices.iter().filter(move |s| s.shard == shard)
     }
-
-    /// Parameters owned by each shard.
-    pub fn shard_param_counts(&self) -> Vec<u64> {
-        let mut v = vec![0; self.n_shards];
-        for s in &self.slices {
-            v[s.shard] += s.len;
-        }
-        v
-    }
 }
 
 #[cfg(test)]
@@ -224,7 +203,8 @@ mod tests {
         );
         assert!(plan.layer_slices(1).is_empty());
         assert!(plan.layer_slices(9).is_empty());
-        assert_eq!(plan.shard_param_counts(), vec![7, 8]);
+        let owned = |shard| plan.shard_slices(shard).map(|s| s.len).sum::<u64>();
+        assert_eq!((owned(0), owned(1)), (7, 8));
         assert_eq!(plan.shard_slices(1).count(), 3);
         assert_eq!(plan.slices_per_layer(), vec![2, 0, 3, 1]);
         for (i, s) in plan.slices().iter().enumerate() {
@@ -251,7 +231,7 @@ mod tests {
         let l2 = plan.layer_slices(2);
         assert_eq!((l2[0].len, l2[1].len, l2[1].offset), (3, 2, 3));
         assert!(plan.slices().iter().all(|s| s.priority == Priority(0)));
-        assert_eq!(plan.shard_param_counts().iter().sum::<u64>(), 16);
+        assert_eq!(plan.slices().iter().map(|s| s.len).sum::<u64>(), 16);
     }
 
     #[test]

@@ -47,11 +47,6 @@ impl SliceWorkerCore {
         })
     }
 
-    /// The plan this worker follows.
-    pub fn plan(&self) -> &SlicePlan {
-        &self.plan
-    }
-
     /// Cuts `layer`'s gradient into its slices (slice descriptor + values), in offset order.
     pub fn grad_slices(
         &self,

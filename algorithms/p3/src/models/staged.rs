@@ -29,7 +29,6 @@ use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, ModuleT, Shap
 use candle_nn::VarBuilder;
 use candle_nn::init::{Init, NormalOrUniform};
 use candle_nn::var_builder::SimpleBackend;
-use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_ml::dnn::data::Dataset;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -541,13 +540,9 @@ impl CandleStageModel {
 
     /// The gradients of every tensor from candle's own whole-model backward (one graph
     /// through all stages, one `loss.backward()`) on iteration `iter`'s batch, with the
-    /// current parameters: the reference the stage-wise backward is checked against.
-    pub fn whole_model_grads(&mut self, iter: u64) -> Result<Vec<Vec<f32>>, ModelError> {
-        Ok(self.whole_model_pass(iter)?.0)
-    }
-
-    /// [`CandleStageModel::whole_model_grads`] with the time of its forward pass (module
-    /// rebuilds included) and of its backward pass (gradients copied out included).
+    /// current parameters: the reference the stage-wise backward is checked against. With
+    /// them, the time of the forward pass (module rebuilds included) and of the backward
+    /// pass (gradients copied out included).
     pub fn whole_model_pass(
         &mut self,
         iter: u64,
@@ -661,37 +656,6 @@ impl StageModel for CandleStageModel {
     fn stats(&self) -> Option<StepStats> {
         self.last
     }
-}
-
-/// Trains `net` in this process with candle alone (whole-model backward, no P3, no
-/// network): `iterations` steps of SGD with momentum `opt` on batches of `global_batch`
-/// consecutive rows (iteration `i` takes rows `[i * global_batch, ..)`, the rows that `n`
-/// P3 workers with batch `global_batch / n` share in that iteration). Returns the final
-/// parameters: the reference a data-parallel run must reproduce.
-pub fn train_single_process(
-    net: &StagedNet,
-    initial: &[Vec<f32>],
-    data: Arc<Dataset>,
-    global_batch: usize,
-    opt: FlatSgdMomentum,
-    iterations: u64,
-) -> Result<Vec<Vec<f32>>, ModelError> {
-    let mut params = initial.to_vec();
-    let mut velocity: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
-    let mut model = CandleStageModel::new(net.clone(), initial, data, global_batch, 0, 1)?;
-    for iter in 0..iterations {
-        let grads = model.whole_model_grads(iter)?;
-        for (t, ((v, p), g)) in velocity
-            .iter_mut()
-            .zip(params.iter_mut())
-            .zip(&grads)
-            .enumerate()
-        {
-            opt.step(v, p, g)?;
-            model.set_tensor(t, p)?;
-        }
-    }
-    Ok(params)
 }
 
 /// The network a saved model (the model file's `network` parameters) describes, checked
