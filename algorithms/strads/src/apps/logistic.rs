@@ -405,25 +405,20 @@ impl Schedule<LogisticApp> for LogisticScheduling {
     }
 
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        if !self.in_flight.is_empty() {
-            return Err(StradsModelError::protocol(
-                "checkpoint with rounds in flight",
-            ));
-        }
+        crate::core::check_drained(!self.in_flight.is_empty())?;
         encode_state(&(self.scheduler.export_state(), &self.s))
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let (scheduler, s): (SchedulerState, LogisticSchedulingState) = decode_state(state)?;
-        if s.coefficients.len() != self.s.coefficients.len()
-            || s.l1_after.len() != s.updates_after.len()
-        {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint has {} coefficients, this job {}",
+        crate::core::check_sizes(&[
+            (
+                "coefficients",
                 s.coefficients.len(),
-                self.s.coefficients.len()
-            )));
-        }
+                self.s.coefficients.len(),
+            ),
+            ("commit records", s.l1_after.len(), s.updates_after.len()),
+        ])?;
         self.scheduler.import_state(&scheduler)?;
         self.s = s;
         self.in_flight.clear();

@@ -61,12 +61,7 @@ pub enum CdOutcome {
 /// Refuses a design whose rows are not `n` (the length of `what`) or whose column
 /// storage is inconsistent.
 pub(crate) fn check_shape(x: &SparseColumns, n: usize, what: &str) -> Result<(), StradsModelError> {
-    if x.n_rows != n {
-        return Err(StradsModelError::DimensionMismatch(format!(
-            "X has {} rows, {what} has {n}",
-            x.n_rows
-        )));
-    }
+    super::check_sizes(&[(&format!("values of {what}"), n, x.n_rows)])?;
     if x.column_starts.last().copied() != Some(x.row_indices.len())
         || x.values.len() != x.row_indices.len()
         || x.row_indices.iter().any(|&i| i as usize >= x.n_rows)

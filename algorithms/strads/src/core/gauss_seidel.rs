@@ -282,13 +282,7 @@ impl RowVector {
     pub fn add_scaled_to(&self, scale: f64, out: &mut [f64]) -> Result<(), StradsModelError> {
         match self {
             RowVector::Dense(v) => {
-                if v.len() != out.len() {
-                    return Err(StradsModelError::DimensionMismatch(format!(
-                        "dense row vector of {} rows for {}",
-                        v.len(),
-                        out.len()
-                    )));
-                }
+                super::check_sizes(&[("rows of a dense row vector", v.len(), out.len())])?;
                 out.iter_mut().zip(v).for_each(|(o, x)| *o += scale * x);
             }
             RowVector::Sparse { rows, values } => {
@@ -524,30 +518,10 @@ pub struct GsWorkerCore {
 
 impl GsWorkerCore {
     /// A worker holding columns `x` (all rows) at `b = 0`; `shared`: there are other
-    /// workers (it then keeps the round's start residual and reports `u_p`).
-    pub fn new(
-        x: SparseColumns,
-        y: Vec<f32>,
-        lambda: f64,
-        shared: bool,
-    ) -> Result<Self, StradsModelError> {
-        Self::build(x, y, lambda, shared, false)
-    }
-
-    /// [`Self::new`] on the columns `x` centred implicitly (column `j` stands for
-    /// `x_j - mean(x_j)`, nothing densified; `y` centred by the caller): the problem of
-    /// `fit_intercept`. A worker holds every row of its columns, so their means are its
-    /// own.
-    pub fn centred(
-        x: SparseColumns,
-        y: Vec<f32>,
-        lambda: f64,
-        shared: bool,
-    ) -> Result<Self, StradsModelError> {
-        Self::build(x, y, lambda, shared, true)
-    }
-
-    /// [`Self::centred`] when `centred`, else [`Self::new`].
+    /// workers (it then keeps the round's start residual and reports `u_p`). With
+    /// `centred`, column `j` stands for `x_j - mean(x_j)`, nothing densified (`y` centred
+    /// by the caller): the problem of `fit_intercept`. A worker holds every row of its
+    /// columns, so their means are its own.
     pub fn build(
         x: SparseColumns,
         y: Vec<f32>,
@@ -878,26 +852,19 @@ impl GsWorkerCore {
 
     /// Continues from a [`Self::snapshot`] of the same worker of the same job.
     pub fn restore(&mut self, s: GsWorkerSnapshot) -> Result<(), StradsModelError> {
+        let n = self.coefficients.len();
+        super::check_sizes(&[
+            ("coefficients", s.coefficients.len(), n),
+            ("rows", s.residual.len(), self.residual.len()),
+        ])?;
         // The active list is in column order, each column once: a pass's slots then run in
         // column order, which the round's list of changes relies on.
-        if s.active.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(StradsModelError::protocol(
-                "checkpoint's active list is not in increasing column order",
-            ));
-        }
-        if s.coefficients.len() != self.coefficients.len()
-            || s.residual.len() != self.residual.len()
-            || s.active
-                .iter()
-                .any(|&j| j as usize >= self.coefficients.len())
+        if s.active.windows(2).any(|w| w[0] >= w[1])
+            || s.active.last().is_some_and(|&j| j as usize >= n)
         {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint holds {} coefficients and {} rows, this worker {} and {}",
-                s.coefficients.len(),
-                s.residual.len(),
-                self.coefficients.len(),
-                self.residual.len()
-            )));
+            return Err(StradsModelError::protocol(
+                "checkpoint's active list is not this worker's columns in increasing order",
+            ));
         }
         match (&mut self.centring, s.centring) {
             (Some(c), Some(state)) => c.restore(state),

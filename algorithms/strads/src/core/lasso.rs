@@ -28,13 +28,7 @@ pub struct LassoWorkerState {
 impl LassoWorkerState {
     /// Worker starting from `b = 0` (residual = y).
     pub fn new(x_block: SparseColumns, y_block: Vec<f32>) -> Result<Self, StradsModelError> {
-        if x_block.n_rows != y_block.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "row block has {} rows but {} targets",
-                x_block.n_rows,
-                y_block.len()
-            )));
-        }
+        super::check_sizes(&[("targets", y_block.len(), x_block.n_rows)])?;
         let residual: Vec<f64> = y_block.iter().map(|&v| f64::from(v)).collect();
         Ok(LassoWorkerState {
             sq_residual: residual.iter().map(|r| r * r).sum(),
@@ -53,13 +47,7 @@ impl LassoWorkerState {
         y_block: Vec<f32>,
         means: Vec<f64>,
     ) -> Result<Self, StradsModelError> {
-        if means.len() != x_block.n_columns() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "{} column means for {} columns",
-                means.len(),
-                x_block.n_columns()
-            )));
-        }
+        super::check_sizes(&[("column means", means.len(), x_block.n_columns())])?;
         let mut state = LassoWorkerState::new(x_block, y_block)?;
         state.centring = Some(Centring::with_means(&state.x, &state.residual, means));
         Ok(state)
@@ -91,13 +79,8 @@ impl LassoWorkerState {
                 .iter()
                 .zip(values)
                 .map(|(&j, &b_j)| {
-                    let (rows, vals) = self.x.column(j);
-                    let dot: f64 = rows
-                        .iter()
-                        .zip(vals)
-                        .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
-                        .sum();
-                    let z = c.dot(j, dot) + c.sq_norm(j, vals) * f64::from(b_j);
+                    let z = c.dot(j, self.stored_dot(j))
+                        + c.sq_norm(j, self.x.column(j).1) * f64::from(b_j);
                     z as f32
                 })
                 .collect();
@@ -139,13 +122,7 @@ impl LassoWorkerState {
         residual: Vec<f64>,
         centring: Option<[f64; 3]>,
     ) -> Result<(), StradsModelError> {
-        if residual.len() != self.residual.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpointed residual has {} rows, this block {}",
-                residual.len(),
-                self.residual.len()
-            )));
-        }
+        super::check_sizes(&[("rows", residual.len(), self.residual.len())])?;
         self.residual = residual;
         if let Some(c) = &mut self.centring {
             c.offset = 0.0;
@@ -202,15 +179,19 @@ impl LassoWorkerState {
     pub fn correlation_with_residual(&self, vars: &[usize]) -> Vec<f64> {
         vars.iter()
             .map(|&j| {
-                let (rows, vals) = self.x.column(j);
-                let dot = rows
-                    .iter()
-                    .zip(vals)
-                    .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
-                    .sum();
+                let dot = self.stored_dot(j);
                 self.centring.as_ref().map_or(dot, |c| c.dot(j, dot))
             })
             .collect()
+    }
+
+    /// `x_j . s` over the column's stored non-zeros and the stored residual, in row order.
+    fn stored_dot(&self, j: usize) -> f64 {
+        let (rows, vals) = self.x.column(j);
+        rows.iter()
+            .zip(vals)
+            .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
+            .sum()
     }
 
     /// Partial `||r||^2` (the running sum: O(1)).

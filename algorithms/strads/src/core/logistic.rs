@@ -34,13 +34,7 @@ pub struct LogisticWorkerState {
 impl LogisticWorkerState {
     /// Labels `> 0` become +1, all others -1 (so class indices 0/1 work as-is).
     pub fn new(x_block: SparseColumns, labels: &[f32]) -> Result<Self, StradsModelError> {
-        if x_block.n_rows != labels.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "{} rows but {} labels",
-                x_block.n_rows,
-                labels.len()
-            )));
-        }
+        super::check_sizes(&[("labels", labels.len(), x_block.n_rows)])?;
         Ok(LogisticWorkerState {
             margins: vec![0.0; labels.len()],
             labels: labels
@@ -58,13 +52,7 @@ impl LogisticWorkerState {
 
     /// Continues from checkpointed margins; refuses another number of rows.
     pub fn restore_margins(&mut self, margins: Vec<f64>) -> Result<(), StradsModelError> {
-        if margins.len() != self.margins.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint has {} margins, this worker {} rows",
-                margins.len(),
-                self.margins.len()
-            )));
-        }
+        super::check_sizes(&[("margins", margins.len(), self.margins.len())])?;
         self.margins = margins;
         Ok(())
     }

@@ -94,6 +94,29 @@ pub fn pop_in_flight<T>(
     }
 }
 
+/// A scheduler or worker half checkpoints only between rounds: refuses while `busy` (a
+/// round in flight).
+pub fn check_drained(busy: bool) -> Result<(), StradsModelError> {
+    let what = "checkpoint with a round in flight";
+    if busy {
+        Err(StradsModelError::protocol(what))
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses inputs (data, a commit, a checkpoint's state) whose sizes are not the ones this
+/// half expects: `sizes` are `(what, given, expected)`; the error names the first that
+/// differs.
+pub fn check_sizes(sizes: &[(&str, usize, usize)]) -> Result<(), StradsModelError> {
+    match sizes.iter().find(|(_, given, expected)| given != expected) {
+        None => Ok(()),
+        Some((what, given, expected)) => Err(StradsModelError::DimensionMismatch(format!(
+            "{given} {what} where {expected} belong"
+        ))),
+    }
+}
+
 /// Splits `0..n` into `parts` contiguous ranges whose lengths differ by at most one.
 pub fn split_evenly(n: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
     let parts = parts.max(1);

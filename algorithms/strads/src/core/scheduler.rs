@@ -453,12 +453,7 @@ impl LassoScheduler {
     /// Continues from a checkpointed state; refuses a state of another size.
     pub fn import_state(&mut self, state: &SchedulerState) -> Result<(), StradsModelError> {
         let n = self.n_vars;
-        if state.priorities.len() != n {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "checkpointed scheduler has {} variables, this job {n}",
-                state.priorities.len()
-            )));
-        }
+        super::check_sizes(&[("scheduled variables", state.priorities.len(), n)])?;
         if state.cursor as usize >= n || state.deferred.iter().any(|&j| j as usize >= n) {
             return Err(StradsModelError::InvalidConfig(
                 "checkpointed scheduler cursor out of range".into(),

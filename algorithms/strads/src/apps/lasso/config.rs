@@ -323,13 +323,7 @@ impl LassoSettings {
         match &self.data {
             Some(path) => {
                 let ds = petrel_ml::data::load_libsvm(path)?;
-                if ds.n_rows() == 0 || ds.n_features == 0 {
-                    return Err(StradsModelError::InvalidConfig(format!(
-                        "{}: no rows or no features",
-                        path.display()
-                    ))
-                    .into());
-                }
+                check_nonempty(path, ds.n_rows(), ds.n_features)?;
                 Ok((ds.to_columns(), ds.labels))
             }
             None => {
@@ -582,6 +576,15 @@ impl StradsSettings for LassoSettings {
     fn scheduler_options(&self) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
+}
+
+/// Refuses a data file of no rows or no features.
+fn check_nonempty(path: &std::path::Path, rows: usize, features: usize) -> Result<(), StradsError> {
+    if rows == 0 || features == 0 {
+        let what = format!("{}: no rows or no features", path.display());
+        return Err(StradsModelError::InvalidConfig(what).into());
+    }
+    Ok(())
 }
 
 /// `rho` in a job file: a number, or `false` for no dependency check (`None`).

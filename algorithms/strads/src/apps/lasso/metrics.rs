@@ -416,12 +416,7 @@ pub fn combine_evaluation(
         else {
             return Err(StradsModelError::protocol("update answer to an evaluation"));
         };
-        if x_t_residual.len() != d {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "X^T r of length {} for {d} features",
-                x_t_residual.len()
-            )));
-        }
+        crate::core::check_sizes(&[("entries of X^T r", x_t_residual.len(), d)])?;
         xtr.iter_mut().zip(x_t_residual).for_each(|(s, v)| *s += v);
         yy += a;
         yr += b;

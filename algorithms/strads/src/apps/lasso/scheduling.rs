@@ -388,11 +388,7 @@ impl Schedule<LassoApp> for LassoScheduling {
 
     /// Nothing once the stop rule fired: the run is over.
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        if !self.in_flight.is_empty() {
-            return Err(StradsModelError::protocol(
-                "checkpoint with rounds in flight",
-            ));
-        }
+        crate::core::check_drained(!self.in_flight.is_empty())?;
         if self.s.stopping {
             return Ok(None);
         }
@@ -408,13 +404,8 @@ impl Schedule<LassoApp> for LassoScheduling {
         {
             return Err(StradsModelError::InvalidConfig(difference));
         }
-        if s.coefficients.len() != self.s.coefficients.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "{} coefficients for {} features",
-                s.coefficients.len(),
-                self.s.coefficients.len()
-            )));
-        }
+        let n = self.s.coefficients.len();
+        crate::core::check_sizes(&[("coefficients", s.coefficients.len(), n)])?;
         if s.l1_after.len() != s.updates_after.len() {
             return Err(StradsModelError::Invariant(
                 "inconsistent commit bookkeeping".into(),

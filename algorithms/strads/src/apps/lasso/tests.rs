@@ -101,7 +101,7 @@ fn target_objective_stops_early_and_records_updates() {
 fn worker_rejects_bad_tasks() {
     let job = small_job("dynamic");
     let (x, y) = job.load().unwrap();
-    let mut w = LassoWorker::new(LassoWorkerState::new(x, y).unwrap());
+    let mut w = LassoWorker::with_schedulers(LassoWorkerState::new(x, y).unwrap(), 1);
     let bad = LassoTask::Update {
         vars: vec![10_000],
         values: vec![0.0],

@@ -34,11 +34,6 @@ struct WorkerSnapshot {
 }
 
 impl LassoWorker {
-    /// A worker serving one scheduler.
-    pub fn new(state: LassoWorkerState) -> Self {
-        Self::with_schedulers(state, 1)
-    }
-
     /// A worker serving `schedulers` schedulers (indices `0..schedulers`).
     pub fn with_schedulers(state: LassoWorkerState, schedulers: usize) -> Self {
         LassoWorker {

@@ -377,21 +377,16 @@ impl Schedule<LdaApp> for LdaScheduling {
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: LdaSchedulingState = decode_state(state)?;
         let m = &self.s.metrics;
-        if s.topic_totals.len() != self.s.topic_totals.len()
-            || (s.metrics.n_docs, s.metrics.n_tokens, s.metrics.workers)
-                != (m.n_docs, m.n_tokens, m.workers)
-            || s.t >= self.schedule.p
-        {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint of {} documents, {} tokens, {} topics, {} workers does not fit this job ({}, {}, {}, {})",
-                s.metrics.n_docs,
-                s.metrics.n_tokens,
-                s.topic_totals.len(),
-                s.metrics.workers,
-                m.n_docs,
-                m.n_tokens,
-                self.s.topic_totals.len(),
-                m.workers
+        crate::core::check_sizes(&[
+            ("documents", s.metrics.n_docs, m.n_docs),
+            ("tokens", s.metrics.n_tokens, m.n_tokens),
+            ("topics", s.topic_totals.len(), self.s.topic_totals.len()),
+            ("workers", s.metrics.workers, m.workers),
+        ])?;
+        if s.t >= self.schedule.p {
+            return Err(StradsModelError::Invariant(format!(
+                "a saved rotation step {} of {}",
+                s.t, self.schedule.p
             )));
         }
         self.s = s;

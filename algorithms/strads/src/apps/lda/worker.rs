@@ -148,13 +148,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
 
     fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), StradsModelError> {
         if let Some(totals) = &commit.topic_totals {
-            if totals.len() != self.n_topics {
-                return Err(StradsModelError::DimensionMismatch(format!(
-                    "{} topic totals for {} topics",
-                    totals.len(),
-                    self.n_topics
-                )));
-            }
+            crate::core::check_sizes(&[("topic totals", totals.len(), self.n_topics)])?;
             self.worker.set_topic_totals(totals);
         }
         Ok(())

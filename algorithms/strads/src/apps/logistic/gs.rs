@@ -477,27 +477,20 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         if self.stop.is_some() {
             return Ok(None);
         }
-        if self.in_flight {
-            return Err(StradsModelError::protocol(
-                "checkpoint with a round in flight",
-            ));
-        }
+        crate::core::check_drained(self.in_flight)?;
         encode_state(&self.s)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: GsSchedulingState = decode_state(state)?;
-        if s.coefficients.len() != self.s.coefficients.len()
-            || s.margins.len() != self.s.margins.len()
-        {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint has {} coefficients and {} margins, this job {} and {}",
+        crate::core::check_sizes(&[
+            (
+                "coefficients",
                 s.coefficients.len(),
-                s.margins.len(),
                 self.s.coefficients.len(),
-                self.s.margins.len()
-            )));
-        }
+            ),
+            ("margins", s.margins.len(), self.s.margins.len()),
+        ])?;
         self.nonzeros = s.coefficients.iter().filter(|v| **v != 0.0).count();
         self.s = s;
         self.in_flight = false;

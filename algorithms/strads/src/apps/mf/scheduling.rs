@@ -448,25 +448,12 @@ impl Schedule<MfApp> for MfScheduling {
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: MfSchedulingState = decode_state(state)?;
         let m = &self.s.metrics;
-        if (
-            s.metrics.n_users,
-            s.metrics.n_items,
-            s.metrics.rank,
-            s.metrics.workers,
-        ) != (m.n_users, m.n_items, m.rank, m.workers)
-        {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint of {} users x {} items, rank {}, {} workers does not fit this job ({} x {}, rank {}, {} workers)",
-                s.metrics.n_users,
-                s.metrics.n_items,
-                s.metrics.rank,
-                s.metrics.workers,
-                m.n_users,
-                m.n_items,
-                m.rank,
-                m.workers
-            )));
-        }
+        crate::core::check_sizes(&[
+            ("users", s.metrics.n_users, m.n_users),
+            ("items", s.metrics.n_items, m.n_items),
+            ("factors (rank)", s.metrics.rank, m.rank),
+            ("workers", s.metrics.workers, m.workers),
+        ])?;
         self.s = s;
         Ok(())
     }

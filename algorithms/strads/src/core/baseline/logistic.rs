@@ -275,15 +275,10 @@ impl<L: MarginLoss> CyclicMargin<L> {
         coefficients: Vec<f64>,
         margins: Vec<f64>,
     ) -> Result<(), StradsModelError> {
-        if coefficients.len() != self.coefficients.len() || margins.len() != self.margins.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "a state of {} coefficients and {} margins for a block of {} columns and {} rows",
-                coefficients.len(),
-                margins.len(),
-                self.coefficients.len(),
-                self.margins.len()
-            )));
-        }
+        super::super::check_sizes(&[
+            ("coefficients", coefficients.len(), self.coefficients.len()),
+            ("margins", margins.len(), self.margins.len()),
+        ])?;
         self.coefficients = coefficients;
         self.margins = margins;
         self.active = None;

@@ -145,7 +145,8 @@ fn a_lone_worker_sweep_is_the_baselines_update_bit_for_bit() {
     let (x, y) = tiny(30, 40);
     let lambda = 0.1 * lambda_max(&x, &y) as f32;
     let mut base = Plain::new(&x, &y, lambda, false);
-    let mut worker = GsWorkerCore::new(x.clone(), y.clone(), f64::from(lambda), false).unwrap();
+    let mut worker =
+        GsWorkerCore::build(x.clone(), y.clone(), f64::from(lambda), false, false).unwrap();
     for _ in 0..5 {
         for j in 0..x.n_columns() {
             base.update(j);
@@ -205,7 +206,7 @@ fn active_passes_drop_the_coordinates_they_leave_at_zero_until_the_set_is_taken_
             .filter(|&j| w.coefficients()[j] != 0.0)
             .collect()
     };
-    let mut worker = GsWorkerCore::new(x.clone(), y.clone(), lambda, false).unwrap();
+    let mut worker = GsWorkerCore::build(x.clone(), y.clone(), lambda, false, false).unwrap();
     worker.sweep(&full(x.n_columns())).unwrap();
     worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
     let mut before = nonzero(&worker);
@@ -233,7 +234,8 @@ fn a_lone_centring_worker_is_the_centred_baseline_bit_for_bit() {
     let y: Vec<f32> = y.iter().map(|&v| v - mean as f32).collect();
     let lambda = 0.1 * crate::apps::lasso::config::centred_lambda_max(&x, &y) as f32;
     let mut base = Plain::new(&x, &y, lambda, true);
-    let mut worker = GsWorkerCore::centred(x.clone(), y.clone(), f64::from(lambda), false).unwrap();
+    let mut worker =
+        GsWorkerCore::build(x.clone(), y.clone(), f64::from(lambda), false, true).unwrap();
     for sweep in 0..5 {
         for j in 0..x.n_columns() {
             base.update(j);
@@ -267,8 +269,8 @@ fn two_centring_workers_keep_equal_residuals_and_report_the_exact_delta() {
     let lambda = 0.05 * crate::apps::lasso::config::centred_lambda_max(&x, &y);
     let cut = 30;
     let mut w = [
-        GsWorkerCore::centred(x.columns(0..cut), y.clone(), lambda, true).unwrap(),
-        GsWorkerCore::centred(x.columns(cut..60), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::build(x.columns(0..cut), y.clone(), lambda, true, true).unwrap(),
+        GsWorkerCore::build(x.columns(cut..60), y.clone(), lambda, true, true).unwrap(),
     ];
     let dense = |w: &GsWorkerCore| -> Vec<f64> {
         let c = w.centring.as_ref().map_or(0.0, |c| c.offset);
@@ -327,7 +329,7 @@ fn a_lone_worker_stops_at_the_target_after_the_same_update_as_the_baseline() {
             }
         }
     }
-    let mut worker = GsWorkerCore::new(x.clone(), y, f64::from(lambda), false).unwrap();
+    let mut worker = GsWorkerCore::build(x.clone(), y, f64::from(lambda), false, false).unwrap();
     let mut updates = 0;
     for _ in 0..50 {
         let mut order = full(x.n_columns());
@@ -349,7 +351,8 @@ fn a_sweep_asked_for_a_decrease_stops_at_the_update_that_makes_it_mid_pass() {
     // target that decrease reaches, in the middle of a pass, and says so.
     let (x, y) = tiny(30, 40);
     let lambda = 0.1 * lambda_max(&x, &y) as f32;
-    let mut by_target = GsWorkerCore::new(x.clone(), y.clone(), f64::from(lambda), true).unwrap();
+    let mut by_target =
+        GsWorkerCore::build(x.clone(), y.clone(), f64::from(lambda), true, false).unwrap();
     let mut by_decrease = by_target.clone();
     let start = 0.5 * y.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
     let decrease = 0.3 * start;
@@ -376,7 +379,7 @@ fn a_sweep_asked_for_a_decrease_stops_at_the_update_that_makes_it_mid_pass() {
         reached.updates
     );
     // Without it the same order runs its passes out.
-    let mut free = GsWorkerCore::new(x.clone(), y, f64::from(lambda), true).unwrap();
+    let mut free = GsWorkerCore::build(x.clone(), y, f64::from(lambda), true, false).unwrap();
     let all = free.sweep(&order).unwrap();
     assert!(!all.reached_target);
     assert!(all.updates > reached.updates);
@@ -389,8 +392,8 @@ fn two_workers_keep_equal_exact_residuals_and_never_raise_the_objective() {
     let lambda = f64::from(0.05 * lambda_max(&x, &y) as f32);
     let cut = 30;
     let mut w = [
-        GsWorkerCore::new(x.columns(0..cut), y.clone(), lambda, true).unwrap(),
-        GsWorkerCore::new(x.columns(cut..60), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::build(x.columns(0..cut), y.clone(), lambda, true, false).unwrap(),
+        GsWorkerCore::build(x.columns(cut..60), y.clone(), lambda, true, false).unwrap(),
     ];
     let all = |w: &[GsWorkerCore; 2]| -> Vec<f64> {
         w[0].coefficients()
@@ -499,7 +502,7 @@ fn weights_are_one_without_shared_rows_and_never_worse_than_the_safeguard() {
 fn a_commit_with_weight_zero_puts_a_worker_back_on_its_state_before_the_sweep() {
     let (x, y) = tiny(60, 40);
     let lambda = f64::from(0.05 * lambda_max(&x, &y) as f32);
-    let mut w = GsWorkerCore::new(x.columns(0..20), y, lambda, true).unwrap();
+    let mut w = GsWorkerCore::build(x.columns(0..20), y, lambda, true, false).unwrap();
     // Move it off b = 0 first, committing its own sweep in full.
     let first = w.sweep(&full(20)).unwrap();
     w.commit(1.0, &first.residual_delta, 0.0).unwrap();
@@ -582,7 +585,7 @@ fn row_vectors_pick_the_smaller_encoding_and_refuse_rows_out_of_range() {
 #[test]
 fn sweeps_refuse_columns_out_of_range_and_a_second_sweep_before_the_commit() {
     let (x, y) = tiny(10, 5);
-    let mut w = GsWorkerCore::new(x, y, 0.1, true).unwrap();
+    let mut w = GsWorkerCore::build(x, y, 0.1, true, false).unwrap();
     assert!(w.sweep(&full(6)).is_err());
     w.sweep(&full(5)).unwrap();
     assert!(w.sweep(&full(5)).is_err());
@@ -662,13 +665,13 @@ fn packed_columns_hold_each_listed_column_s_rows_values_and_norm_in_list_order()
 fn a_worker_restored_between_active_rounds_continues_bit_for_bit() {
     let (x, y) = tiny(30, 60);
     let lambda = 0.05 * lambda_max(&x, &y);
-    let mut running = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
+    let mut running = GsWorkerCore::build(x.clone(), y.clone(), lambda, true, false).unwrap();
     let r = running.sweep(&full(x.n_columns())).unwrap();
     running.commit(1.0, &r.residual_delta, 0.0).unwrap();
     let r = running.sweep(&one_active_pass(true)).unwrap();
     running.commit(1.0, &r.residual_delta, 0.0).unwrap();
     let saved = running.snapshot().unwrap();
-    let mut restored = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
+    let mut restored = GsWorkerCore::build(x.clone(), y.clone(), lambda, true, false).unwrap();
     restored.restore(saved).unwrap();
     let mut swept = 0;
     for round in 0..5 {
@@ -693,7 +696,7 @@ fn a_worker_restored_between_active_rounds_continues_bit_for_bit() {
     // refused, not swept in an order the round's list of changes does not expect.
     let mut shuffled = running.snapshot().unwrap();
     shuffled.active = vec![5, 3];
-    let mut fresh = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
+    let mut fresh = GsWorkerCore::build(x.clone(), y.clone(), lambda, true, false).unwrap();
     assert!(fresh.restore(shuffled).is_err());
 }
 
@@ -706,8 +709,8 @@ fn the_round_deltas_make_the_gram_matrix_and_combine_to_sum_w_u() {
     let y: Vec<f32> = y.iter().map(|&v| v - mean as f32).collect();
     let lambda = 0.05 * crate::apps::lasso::config::centred_lambda_max(&x, &y);
     let mut w = [
-        GsWorkerCore::centred(x.columns(0..30), y.clone(), lambda, true).unwrap(),
-        GsWorkerCore::centred(x.columns(30..60), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::build(x.columns(0..30), y.clone(), lambda, true, true).unwrap(),
+        GsWorkerCore::build(x.columns(30..60), y.clone(), lambda, true, true).unwrap(),
     ];
     let mut results = [
         w[0].sweep(&full(30)).unwrap(),

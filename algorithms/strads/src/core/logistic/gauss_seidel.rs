@@ -229,11 +229,7 @@ impl<L: MarginLoss> SweepWorker for MarginGsWorkerCore<L> {
     }
 
     fn snapshot(&self) -> Result<(Vec<f64>, Vec<f64>, u64), StradsModelError> {
-        if self.start.is_some() {
-            return Err(StradsModelError::protocol(
-                "checkpoint with a round in flight",
-            ));
-        }
+        super::super::check_drained(self.start.is_some())?;
         Ok((
             self.cd.coefficients_f64().to_vec(),
             self.cd.margins().to_vec(),
@@ -303,12 +299,7 @@ pub fn overlap(deltas: &[&RowVector], n_rows: usize) -> Result<usize, StradsMode
     for d in deltas {
         match d {
             RowVector::Dense(v) => {
-                if v.len() != n_rows {
-                    return Err(StradsModelError::DimensionMismatch(format!(
-                        "a margin delta of {} rows for {n_rows}",
-                        v.len()
-                    )));
-                }
+                super::super::check_sizes(&[("rows of a margin delta", v.len(), n_rows)])?;
                 v.iter()
                     .zip(&mut count)
                     .for_each(|(x, c)| *c += u32::from(*x != 0.0));

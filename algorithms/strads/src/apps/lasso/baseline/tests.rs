@@ -207,7 +207,7 @@ fn implicit_centring_solves_the_explicitly_centred_problem_without_densifying() 
     for lambda in [0.5f32, 5.0, 40.0] {
         // The baseline's worker, swept to machine precision.
         let mut cd =
-            GsWorkerCore::centred(x.clone(), y_c.clone(), f64::from(lambda), false).unwrap();
+            GsWorkerCore::build(x.clone(), y_c.clone(), f64::from(lambda), false, true).unwrap();
         let sweep = SweepOrder {
             coords: Coords::Range {
                 start: 0,

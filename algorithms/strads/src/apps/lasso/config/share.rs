@@ -237,13 +237,7 @@ impl LassoSettings {
             }
             Ok(())
         })?;
-        if labels.is_empty() || column_nnz.is_empty() {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "{}: no rows or no features",
-                path.display()
-            ))
-            .into());
-        }
+        super::check_nonempty(path, labels.len(), column_nnz.len())?;
         let shape = DesignShape {
             n_rows: labels.len(),
             column_nnz,
@@ -373,13 +367,7 @@ impl LassoSettings {
             }
             Ok(())
         })?;
-        if rows == 0 || sums.is_empty() {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "{}: no rows or no features",
-                path.display()
-            ))
-            .into());
-        }
+        super::check_nonempty(path, rows, sums.len())?;
         let n = rows as f64;
         let means = sums.iter().map(|s| s / n).collect();
         Ok((means, (y_sum / n) as f32))

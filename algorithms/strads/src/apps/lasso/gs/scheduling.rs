@@ -127,14 +127,7 @@ impl GsScheduling {
         job: &LassoSettings,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        if shape.n_rows != y.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "X has {} rows, y has {}",
-                shape.n_rows,
-                y.len()
-            ))
-            .into());
-        }
+        crate::core::check_sizes(&[("targets", y.len(), shape.n_rows)])?;
         let ranges = column_ranges_of(shape, workers)?;
         let chunks = ranges
             .iter()
@@ -786,11 +779,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
     }
 
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        if !self.in_flight.is_empty() {
-            return Err(StradsModelError::protocol(
-                "checkpoint with a round in flight",
-            ));
-        }
+        crate::core::check_drained(!self.in_flight.is_empty())?;
         if self.s.done {
             return Ok(None);
         }
@@ -799,15 +788,14 @@ impl Schedule<LassoGsApp> for GsScheduling {
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: GsState = decode_state(state)?;
-        if s.coefficients.len() != self.s.coefficients.len() || s.next.len() != self.workers() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "checkpoint has {} coefficients and {} workers, this job {} and {}",
+        crate::core::check_sizes(&[
+            (
+                "coefficients",
                 s.coefficients.len(),
-                s.next.len(),
                 self.s.coefficients.len(),
-                self.workers()
-            )));
-        }
+            ),
+            ("workers", s.next.len(), self.workers()),
+        ])?;
         self.s = s;
         self.in_flight.clear();
         Ok(())

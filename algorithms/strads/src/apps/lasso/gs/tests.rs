@@ -410,13 +410,13 @@ fn a_worker_that_shares_the_residual_refuses_to_certify_its_own_sweep() {
         decrease: None,
     };
     let task = GsTask::SweepThenCertify(order);
-    let shared = GsWorkerCore::new(x.clone(), y.clone(), 0.1, true).unwrap();
+    let shared = GsWorkerCore::build(x.clone(), y.clone(), 0.1, true, false).unwrap();
     let err = GsWorker::new(shared, 0)
         .push(0, &task)
         .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("lone worker"), "{err}");
-    let alone = GsWorkerCore::new(x, y, 0.1, false).unwrap();
+    let alone = GsWorkerCore::build(x, y, 0.1, false, false).unwrap();
     let answer = GsWorker::new(alone, 0).push(0, &task).unwrap();
     assert!(matches!(answer, GsPartial::CertifiedAndSwept { .. }));
 }

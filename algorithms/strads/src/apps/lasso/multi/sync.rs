@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::MultiSchedulerError;
 use super::slice::SliceScheduling;
-use crate::apps::lasso::config::LassoSettings;
+use crate::apps::lasso::config::{LassoSettings, column_correlation};
 use crate::apps::lasso::heldout::LinearHeldout;
 use crate::apps::lasso::metrics::{EvalNumbers, Evaluation, LassoMetrics, combine_evaluation};
 use crate::apps::lasso::wire::LassoPartial;
@@ -259,16 +259,17 @@ pub struct MultiLassoMetrics {
 /// The lead's bookkeeping across epochs (shared by the actor run and the local driver).
 pub(super) struct LeadBook {
     pub(super) core: SyncCore,
-    pub(super) evaluations: Vec<Evaluation>,
-    pub(super) job: LassoSettings,
-    pub(super) workers: usize,
-    pub(super) n_samples: usize,
+    /// The whole model's metrics as a single scheduler keeps them: its evaluations and
+    /// final figures (the totals are filled in by [`Self::outcome`]).
+    metrics: LassoMetrics,
+    job: LassoSettings,
     /// The test set scored at every evaluation (with `test_data`).
-    pub(super) heldout: Option<LinearHeldout>,
+    heldout: Option<LinearHeldout>,
 }
 
 /// The evaluation of the all-zero model on `(x, y)` (residual `y`), computed from the data
 /// by the formulas of the workers' evaluation: the step-0 record of a multi-scheduler run.
+/// At `b = 0` only `|x_j^T y|` enters it, which is what `lambda_max` takes too.
 pub(super) fn zero_model_evaluation(
     x: &SparseColumns,
     y: &[f32],
@@ -277,17 +278,11 @@ pub(super) fn zero_model_evaluation(
 ) -> Result<EvalNumbers, StradsModelError> {
     let yy: f64 = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
     let y_sum: f64 = y.iter().map(|&v| f64::from(v)).sum();
-    let n = x.n_rows.max(1) as f64;
+    let centring = centred.then(|| (x.n_rows.max(1) as f64, y_sum));
     let x_t_residual = (0..x.n_columns())
         .map(|j| {
             let (rows, vals) = x.column(j);
-            let (mut dot, mut sum) = (0.0f64, 0.0f64);
-            for (&i, &v) in rows.iter().zip(vals) {
-                dot += f64::from(v) * f64::from(y[i as usize]);
-                sum += f64::from(v);
-            }
-            // The centred column's: (x_j - mu_j 1)^T y.
-            if centred { dot - sum / n * y_sum } else { dot }
+            column_correlation(rows, vals, y, centring)
         })
         .collect();
     let partial = LassoPartial::Eval {
@@ -334,18 +329,31 @@ impl LeadBook {
         heldout: Option<LinearHeldout>,
         start: Option<EvalNumbers>,
     ) -> Self {
-        let mut evaluations = Vec::new();
+        let n_features = ranges.last().map_or(0, |r| r.end);
+        let target = job.target_objective;
+        let mut metrics = LassoMetrics {
+            block_size: job.block_size,
+            rho: job.rho,
+            depth: job.depth,
+            ..LassoMetrics::at_start(
+                job.mode.to_string(),
+                0.0,
+                (n_samples, n_features),
+                workers,
+                target,
+            )
+        };
         if let (Some(h), Some(e)) = (&heldout, start) {
-            let zero = vec![0.0f32; ranges.last().map_or(0, |r| r.end)];
+            let zero = vec![0.0f32; n_features];
             let heldout = h.figures(&zero, &Default::default(), 0.0);
-            evaluations.push(Evaluation::of(0, 0, 0.0, &e, heldout));
+            let e = Evaluation::of(0, 0, 0.0, &e, heldout);
+            metrics.reach_target(target, e.objective, e.updates, e.elapsed_s);
+            metrics.evaluations.push(e);
         }
         LeadBook {
             core: SyncCore::new(ranges),
-            evaluations,
+            metrics,
             job: job.clone(),
-            workers,
-            n_samples,
             heldout,
         }
     }
@@ -371,24 +379,18 @@ impl LeadBook {
             self.job.gap_tolerance,
             self.job.target_objective,
         );
-        tracing::info!(
-            epoch = d.epoch,
-            round,
-            updates = d.updates_total,
-            objective = format!("{:.6}", eval.objective),
-            kkt = format!("{:.3e}", eval.kkt_violation),
-            gap = format!("{:.3e}", eval.duality_gap),
-            nonzeros = eval.nonzeros,
-            "lasso evaluation (all schedulers)"
-        );
         let heldout = self
             .heldout
             .as_ref()
             .map(|h| h.figures(lead.evaluated_model(), &Default::default(), eval.l1))
             .unwrap_or_default();
-        let elapsed_s = elapsed.as_secs_f64();
-        let record = Evaluation::of(round, d.updates_total, elapsed_s, &eval, heldout);
-        self.evaluations.push(record);
+        let (updates, elapsed_s) = (d.updates_total, elapsed.as_secs_f64());
+        let e = Evaluation::of(round, updates, elapsed_s, &eval, heldout);
+        let target = self.job.target_objective;
+        self.metrics
+            .reach_target(target, e.objective, e.updates, e.elapsed_s);
+        self.metrics
+            .record_evaluation(e, "lasso evaluation (all schedulers)");
         lead.apply_decision(&d);
         Ok(d)
     }
@@ -400,31 +402,13 @@ impl LeadBook {
         elapsed: Duration,
     ) -> (Vec<f32>, MultiLassoMetrics) {
         let summary = self.core.summary(lead.status());
-        let last = self.evaluations.last();
-        let nan = f64::NAN;
-        let target = self.job.target_objective;
-        let reached = target.and_then(|t| self.evaluations.iter().find(|e| e.objective <= t));
         let base = LassoMetrics {
-            mode: self.job.mode.to_string(),
             lambda: lead.lambda,
-            n_samples: self.n_samples,
-            n_features: lead.n_features,
-            workers: self.workers,
-            block_size: self.job.block_size,
-            rho: self.job.rho,
-            depth: self.job.depth,
             rounds: summary.iter().map(|s| s.rounds).sum(),
             updates: summary.iter().map(|s| s.updates).sum(),
             elapsed_s: elapsed.as_secs_f64(),
-            final_objective: last.map_or(nan, |e| e.objective),
-            final_kkt_violation: last.map_or(nan, |e| e.kkt_violation),
-            final_duality_gap: last.map_or(nan, |e| e.duality_gap),
-            target_objective: target,
-            target_updates: reached.map(|e| e.updates),
-            target_s: reached.map(|e| e.elapsed_s),
             objective: lead.metrics().objective.clone(),
-            evaluations: self.evaluations.clone(),
-            ..LassoMetrics::default()
+            ..self.metrics.clone()
         };
         (
             coefficients,
