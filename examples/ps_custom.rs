@@ -39,7 +39,7 @@ const CENTERS: [[f32; DIM]; 3] = [[0.0, 0.0], [5.0, 5.0], [-5.0, 5.0]];
 struct ForgettingSum;
 
 impl UpdateRule for ForgettingSum {
-    fn apply(&mut self, row: &mut Row, delta: &Row) {
+    fn apply(&mut self, _: RowId, row: &mut Row, delta: &Row) {
         let mut r = row.to_dense(DIM + 1);
         for (x, d) in r.iter_mut().zip(delta.to_dense(DIM + 1)) {
             *x = GAMMA * *x + d;

@@ -64,17 +64,6 @@ pub fn job_set(dir: &Path) -> CheckpointSet {
     CheckpointSet::new(dir, SCHEME)
 }
 
-/// A loaded, verified checkpoint of one shard.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Checkpoint {
-    /// The shard.
-    pub shard: u32,
-    /// The min clock the checkpoint was taken at.
-    pub clock: Clock,
-    /// Its rows.
-    pub tables: Vec<TableSnapshot>,
-}
-
 /// Checkpoints `core` at its current min clock; returns that clock.
 pub fn write_shard(dir: &Path, shard: u32, core: &PsShardCore) -> Result<Clock, PsCoreError> {
     let (set, clock) = (shard_set(dir, shard), core.min_clock());
@@ -83,16 +72,14 @@ pub fn write_shard(dir: &Path, shard: u32, core: &PsShardCore) -> Result<Clock, 
     Ok(clock)
 }
 
-/// Loads and verifies the checkpoint of shard `shard` at `clock` from `dir`.
-pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoint, PsCoreError> {
+/// Loads and verifies the checkpoint of shard `shard` at `clock` from `dir`: its tables.
+pub fn load_checkpoint(
+    dir: &Path,
+    shard: u32,
+    clock: Clock,
+) -> Result<Vec<TableSnapshot>, PsCoreError> {
     let ck = shard_set(dir, shard).load(clock)?;
-    let tables = rmp_serde::from_slice(ck.part(TABLES)?)
-        .map_err(|e| bad(&ck.path, format!("decode: {e}")))?;
-    Ok(Checkpoint {
-        shard,
-        clock,
-        tables,
-    })
+    rmp_serde::from_slice(ck.part(TABLES)?).map_err(|e| bad(&ck.path, format!("decode: {e}")))
 }
 
 /// A job checkpoint loaded and verified: its clock and every piece's bytes.
@@ -261,10 +248,10 @@ pub(crate) mod tests {
         let s = shard();
         let clock = write_shard(dir.path(), 3, &s).unwrap();
         assert_eq!(clock, 1);
-        let ck = load_checkpoint(dir.path(), 3, 1).unwrap();
-        assert_eq!(ck.tables, s.snapshot());
+        let tables = load_checkpoint(dir.path(), 3, 1).unwrap();
+        assert_eq!(tables, s.snapshot());
         let restored =
-            PsShardCore::restore(1, specs(), &RuleRegistry::new(), ck.tables, ck.clock).unwrap();
+            PsShardCore::restore(1, specs(), &RuleRegistry::new(), tables, clock).unwrap();
         assert_eq!(restored.snapshot(), s.snapshot());
         assert_eq!(shard_set(dir.path(), 3).rounds().unwrap(), vec![1]);
         assert!(shard_set(dir.path(), 4).rounds().unwrap().is_empty());

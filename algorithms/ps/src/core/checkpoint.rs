@@ -125,11 +125,6 @@ impl<D> CheckpointTracker<D> {
             pieces.into_iter().map(|(p, (n, d))| (p, n, d)).collect(),
         ))
     }
-
-    /// The newest complete clock.
-    pub fn completed(&self) -> Option<Clock> {
-        self.completed
-    }
 }
 
 /// Whether a worker about to start `clock` writes a checkpoint (positive multiple of `every`).
@@ -171,7 +166,7 @@ mod tests {
         for p in [Piece::Shard(0), Piece::Shard(1), Piece::Worker(1)] {
             assert!(rec(10, p).is_none() || p == Piece::Worker(1));
         }
-        assert_eq!(t.completed(), Some(10));
+        assert_eq!(t.completed, Some(10));
         // A resumed job ignores reports up to its checkpoint.
         let mut r = CheckpointTracker::new(1, 1, Some(10));
         assert!(r.record(10, Piece::Shard(0), String::new(), ()).is_none());

@@ -26,11 +26,12 @@ pub const MAX_PENDING_PER_ROW: usize = 256;
 /// Staleness values above this are counted with it by [`ClientCore::take_observed`].
 pub const MAX_OBSERVED_STALENESS: usize = 64;
 
-/// Outcome of `ClientCore::get` (a copy) and `ClientCore::get_shared` (`SharedRow`).
+/// Outcome of [`ClientCore::get_shared`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum GetOutcome<R = Row> {
-    /// Served from the cache (own writes included); the staleness was recorded.
-    Hit(R),
+pub enum GetOutcome {
+    /// Served from the cache (own writes included, shared with it); the staleness was
+    /// recorded.
+    Hit(SharedRow),
     /// Send this request to its shard, then call `get` again once the reply has been handled.
     Fetch(ReadRequest),
     /// A sufficient fetch of this row is already in flight: wait for it, then `get` again.
@@ -80,7 +81,6 @@ pub struct ClientCore {
     /// ESSP: latest push clock per (table, shard); every cached row of an ESSP table is
     /// subscribed, so a push means the row is current as of that clock unless it was in it.
     push_clock: HashMap<(TableId, u32), Clock>,
-    stats: StalenessStats,
     table_stats: HashMap<TableId, StalenessStats>,
     /// Reads per observed staleness value since [`ClientCore::take_observed`], per table.
     observed: HashMap<TableId, Vec<u64>>,
@@ -121,7 +121,6 @@ impl ClientCore {
             next_request: 1,
             outstanding: HashMap::new(),
             push_clock: HashMap::new(),
-            stats: StalenessStats::new(),
             table_stats: HashMap::new(),
             observed: HashMap::new(),
             syncs: HashMap::new(),
@@ -154,11 +153,6 @@ impl ClientCore {
     /// The worker's clock: number of `clock()` calls so far.
     pub fn current_clock(&self) -> Clock {
         self.clock
-    }
-
-    /// Staleness of every read so far.
-    pub fn stats(&self) -> &StalenessStats {
-        &self.stats
     }
 
     /// Staleness of the reads of one table (empty stats if it was never read).
@@ -424,27 +418,14 @@ impl ClientCore {
     }
 
     /// `Get(table, row)` decision at the current clock `c`: a hit if the cached row clock is
-    /// `>= c - s` (any copy for Async), recording the staleness `max(0, c - row_clock)`.
-    pub fn get(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsCoreError> {
-        Ok(match self.get_shared(table, row)? {
-            GetOutcome::Hit(r) => GetOutcome::Hit((*r).clone()),
-            GetOutcome::Fetch(req) => GetOutcome::Fetch(req),
-            GetOutcome::Wait => GetOutcome::Wait,
-        })
-    }
-
-    /// [`get`](Self::get) without the copy: a hit is the cached row itself, shared.
-    pub fn get_shared(
-        &mut self,
-        table: TableId,
-        row: RowId,
-    ) -> Result<GetOutcome<SharedRow>, PsCoreError> {
+    /// `>= c - s` (any copy for Async), recording the staleness `max(0, c - row_clock)`; a
+    /// hit is the cached row itself, shared.
+    pub fn get_shared(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsCoreError> {
         let (required, fresh) = self.fresh(table, row)?;
         if let Some(eff) = fresh
             && let Some(e) = self.cache.get(&(table, row))
         {
             let st = self.clock.saturating_sub(eff);
-            self.stats.record(st);
             self.table_stats.entry(table).or_default().record(st);
             let counts = self.observed.entry(table).or_default();
             let at = usize::try_from(st)
@@ -548,19 +529,22 @@ impl ClientCore {
     /// Feeds a reply or push from `from_shard` into the cache (an ESSP push also refreshes
     /// every cached row of that table on that shard).
     pub fn handle(&mut self, from_shard: u32, action: ShardAction) -> Result<(), PsCoreError> {
+        if action.worker() != self.worker {
+            return Err(PsCoreError::UnknownWorker(action.worker()));
+        }
         match action {
             ShardAction::Reply {
-                worker,
                 request_id,
                 table,
                 row,
                 row_data,
                 row_clock,
                 ack_seq,
+                ..
             } => {
-                self.check_origin(worker, from_shard, table, row)?;
-                self.note_acked(from_shard, ack_seq);
-                self.note_min(from_shard, row_clock);
+                self.check_origin(from_shard, table, row)?;
+                raise(&mut self.acked, from_shard, ack_seq);
+                raise(&mut self.seen_min, from_shard, row_clock);
                 if let Some(done) = self.syncs.get_mut(&request_id) {
                     *done = true;
                     return Ok(());
@@ -575,70 +559,34 @@ impl ClientCore {
                 self.install(table, row, row_data, row_clock, ack_seq, true)
             }
             ShardAction::Push {
-                worker,
                 table,
                 rows,
                 clock,
                 ack_seq,
+                ..
             } => {
-                if worker != self.worker {
-                    return Err(PsCoreError::UnknownWorker(worker));
-                }
                 for (row, _) in &rows {
-                    self.check_origin(worker, from_shard, table, *row)?;
+                    self.check_origin(from_shard, table, *row)?;
                 }
-                self.note_acked(from_shard, ack_seq);
-                self.note_min(from_shard, clock);
+                raise(&mut self.acked, from_shard, ack_seq);
+                raise(&mut self.seen_min, from_shard, clock);
                 for (row, data) in rows {
                     self.install(table, row, data, clock, ack_seq, false)?;
                 }
-                self.bump_push_clock(table, from_shard, clock)
-            }
-            ShardAction::Ack { worker, ack_seq } => {
-                if worker != self.worker {
-                    return Err(PsCoreError::UnknownWorker(worker));
+                // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
+                if self.table(table)?.consistency.is_essp() {
+                    raise(&mut self.push_clock, (table, from_shard), clock);
                 }
-                self.note_acked(from_shard, ack_seq);
+                Ok(())
+            }
+            ShardAction::Ack { ack_seq, .. } => {
+                raise(&mut self.acked, from_shard, ack_seq);
                 Ok(())
             }
         }
     }
 
-    fn note_acked(&mut self, shard: u32, ack_seq: u64) {
-        let e = self.acked.entry(shard).or_insert(0);
-        *e = (*e).max(ack_seq);
-    }
-
-    fn note_min(&mut self, shard: u32, clock: Clock) {
-        let e = self.seen_min.entry(shard).or_insert(0);
-        *e = (*e).max(clock);
-    }
-
-    fn bump_push_clock(
-        &mut self,
-        table: TableId,
-        shard: u32,
-        clock: Clock,
-    ) -> Result<(), PsCoreError> {
-        let spec = self.table(table)?;
-        // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
-        if spec.consistency.is_essp() {
-            let e = self.push_clock.entry((table, shard)).or_insert(0);
-            *e = (*e).max(clock);
-        }
-        Ok(())
-    }
-
-    fn check_origin(
-        &self,
-        worker: WorkerId,
-        shard: u32,
-        table: TableId,
-        row: RowId,
-    ) -> Result<(), PsCoreError> {
-        if worker != self.worker {
-            return Err(PsCoreError::UnknownWorker(worker));
-        }
+    fn check_origin(&self, shard: u32, table: TableId, row: RowId) -> Result<(), PsCoreError> {
         self.table(table)?;
         if shard_of(table, row, self.n_shards) != shard {
             return Err(PsCoreError::InvalidConfig(format!(
@@ -691,6 +639,12 @@ impl ClientCore {
         e.clock = row_clock;
         Ok(())
     }
+}
+
+/// Raises `map[key]` (0 when absent) to at least `value`.
+fn raise<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u64>, key: K, value: u64) {
+    let e = map.entry(key).or_insert(0);
+    *e = (*e).max(value);
 }
 
 #[cfg(test)]

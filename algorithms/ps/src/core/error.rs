@@ -61,9 +61,6 @@ pub enum PsCoreError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Reading or writing a checkpoint failed.
-    #[error("i/o error: {0}")]
-    Io(#[from] std::io::Error),
     /// Reading or writing a checkpoint file failed (the file is named).
     #[error("checkpoint file {path}: {source}")]
     CheckpointIo {
@@ -134,6 +131,3 @@ pub enum PsCoreError {
         tokens: usize,
     },
 }
-
-/// Shorthand for results of the core.
-pub type Result<T> = std::result::Result<T, PsCoreError>;

@@ -41,10 +41,10 @@ pub fn totals_row(vocab_size: usize) -> RowId {
 }
 
 /// Refuses corpora too large for exact `f32` counts or with word ids beyond the vocabulary.
-pub fn check_corpus(
+pub fn check_corpus<'a>(
     n_tokens: usize,
     vocab_size: usize,
-    docs: &[Vec<u32>],
+    docs: impl IntoIterator<Item = &'a [u32]>,
 ) -> Result<(), PsCoreError> {
     if n_tokens as u64 > MAX_TOKENS {
         return Err(PsCoreError::TooManyTokens {
@@ -52,7 +52,8 @@ pub fn check_corpus(
             max: MAX_TOKENS,
         });
     }
-    if let Some(&word) = docs.iter().flatten().find(|&&w| w as usize >= vocab_size) {
+    let mut words = docs.into_iter().flatten();
+    if let Some(&word) = words.find(|&&w| w as usize >= vocab_size) {
         return Err(PsCoreError::WordOutOfRange { word, vocab_size });
     }
     Ok(())
@@ -79,8 +80,14 @@ pub struct WordTopicView {
     corrections: Vec<(u32, u32)>,
 }
 
+/// Whether `x` is an exact count (a non-negative integer).
+fn is_count(x: f32) -> bool {
+    x.is_finite() && x >= 0.0 && x.fract() == 0.0
+}
+
+/// `x` as a count; a value that is not one is clamped and rounded (and counted).
 fn count_of(x: f32, clamped: &mut u64) -> u32 {
-    if x.is_finite() && x >= 0.0 && x.fract() == 0.0 {
+    if is_count(x) {
         return x as u32;
     }
     *clamped += 1;
@@ -91,16 +98,40 @@ fn count_of(x: f32, clamped: &mut u64) -> u32 {
     }
 }
 
+/// A row's `(topic, value)` pairs: a sparse row's entries, a dense row's non-zero columns.
 fn row_pairs(row: &Row) -> Vec<(u32, f32)> {
-    match row {
-        Row::Sparse(p) => p.clone(),
-        Row::Dense(v) => v
-            .iter()
-            .enumerate()
-            .filter(|(_, x)| **x != 0.0)
-            .map(|(t, x)| (t as u32, *x))
-            .collect(),
+    let dense = matches!(row, Row::Dense(_));
+    row.entries().filter(|e| !dense || e.1 != 0.0).collect()
+}
+
+/// [`row_pairs`] of `row`, refusing a topic `>= n_topics` (`r` names the row).
+fn topic_pairs(r: u64, row: Option<&Row>, n_topics: usize) -> Result<Vec<(u32, f32)>, PsCoreError> {
+    let pairs = row.map(row_pairs).unwrap_or_default();
+    match pairs.iter().find(|(t, _)| *t as usize >= n_topics) {
+        Some(&(t, _)) => Err(PsCoreError::BadRow {
+            row: r,
+            reason: format!("topic column {t} >= K = {n_topics}"),
+        }),
+        None => Ok(pairs),
     }
+}
+
+/// The positive counts of `pairs`, clamped as [`count_of`] does.
+fn clamped_counts(pairs: impl IntoIterator<Item = (u32, f32)>, clamped: &mut u64) -> TopicCounts {
+    let entries = (pairs.into_iter())
+        .map(|(t, x)| (t, count_of(x, clamped)))
+        .filter(|e| e.1 > 0)
+        .collect();
+    TopicCounts { entries }
+}
+
+/// `counts` as one value per topic.
+fn per_topic(counts: &TopicCounts, n_topics: usize) -> Vec<i64> {
+    let mut out = vec![0i64; n_topics];
+    for &(t, n) in &counts.entries {
+        out[t as usize] = i64::from(n);
+    }
+    out
 }
 
 impl WordTopicView {
@@ -111,31 +142,12 @@ impl WordTopicView {
             return Err(PsCoreError::RowCount(rows.len(), n_words));
         }
         let mut clamped = 0;
-        let check = |i: usize, row: &Row| -> Result<Vec<(u32, f32)>, PsCoreError> {
-            let pairs = row_pairs(row);
-            if let Some(&(t, _)) = pairs.iter().find(|(t, _)| *t as usize >= n_topics) {
-                return Err(PsCoreError::BadRow {
-                    row: i as u64,
-                    reason: format!("topic column {t} >= K = {n_topics}"),
-                });
-            }
-            Ok(pairs)
+        let mut read = |i: usize| -> Result<TopicCounts, PsCoreError> {
+            let pairs = topic_pairs(i as u64, Some(&rows[i]), n_topics)?;
+            Ok(clamped_counts(pairs, &mut clamped))
         };
-        let mut words = Vec::with_capacity(n_words);
-        for (i, row) in rows[..n_words].iter().enumerate() {
-            let mut entries = Vec::new();
-            for (t, x) in check(i, row)? {
-                let n = count_of(x, &mut clamped);
-                if n > 0 {
-                    entries.push((t, n));
-                }
-            }
-            words.push(TopicCounts { entries });
-        }
-        let mut totals = vec![0i64; n_topics];
-        for (t, x) in check(n_words, &rows[n_words])? {
-            totals[t as usize] = i64::from(count_of(x, &mut clamped));
-        }
+        let words = (0..n_words).map(&mut read).collect::<Result<Vec<_>, _>>()?;
+        let totals = per_topic(&read(n_words)?, n_topics);
         Ok(WordTopicView {
             base_rows: words.clone(),
             base_totals: totals.clone(),
@@ -152,52 +164,29 @@ impl WordTopicView {
         let mut words = Vec::new();
         let mut corrections = std::mem::take(&mut self.corrections);
         corrections.sort_unstable();
-        let mut corr = corrections.iter().peekable();
         for (l, (row, base)) in self.rows.iter_mut().zip(&mut self.base_rows).enumerate() {
             let l = l as u32;
             row.entries.sort_unstable();
-            let mut diff: Vec<(u32, i32)> = Vec::new();
-            let (a, b) = (&row.entries, &base.entries);
-            let (mut i, mut j) = (0, 0);
-            while i < a.len() || j < b.len() {
-                let (t, d) = match (a.get(i), b.get(j)) {
-                    (Some(&(ta, na)), Some(&(tb, nb))) if ta == tb => {
-                        i += 1;
-                        j += 1;
-                        (ta, na as i64 - nb as i64)
-                    }
-                    (Some(&(ta, na)), Some(&(tb, _))) if ta < tb => {
-                        i += 1;
-                        (ta, na as i64)
-                    }
-                    (Some(&(ta, na)), None) => {
-                        i += 1;
-                        (ta, na as i64)
-                    }
-                    (_, Some(&(tb, nb))) => {
-                        j += 1;
-                        (tb, -(nb as i64))
-                    }
-                    (None, None) => break,
-                };
-                if d != 0 {
-                    diff.push((t, d as i32));
-                }
+            let own =
+                corrections.partition_point(|c| c.0 < l)..corrections.partition_point(|c| c.0 <= l);
+            if row.entries == base.entries && own.is_empty() {
+                continue;
             }
-            if !diff.is_empty() {
-                base.entries.clone_from(&row.entries);
-            }
-            while let Some(&&(cl, ct)) = corr.peek() {
-                if cl != l {
-                    break;
+            // Now minus as read minus the refused decrements, summed per topic.
+            let now = row.entries.iter().map(|&(t, n)| (t, n as i32));
+            let read = base.entries.iter().map(|&(t, n)| (t, -(n as i32)));
+            let refused = corrections[own].iter().map(|&(_, t)| (t, -1));
+            let mut diff: Vec<(u32, i32)> = now.chain(read).chain(refused).collect();
+            diff.sort_by_key(|e| e.0);
+            diff.dedup_by(|next, kept| {
+                let same = next.0 == kept.0;
+                if same {
+                    kept.1 += next.1;
                 }
-                corr.next();
-                match diff.binary_search_by_key(&ct, |e| e.0) {
-                    Ok(k) => diff[k].1 -= 1,
-                    Err(k) => diff.insert(k, (ct, -1)),
-                }
-            }
+                same
+            });
             diff.retain(|e| e.1 != 0);
+            base.entries.clone_from(&row.entries);
             if !diff.is_empty() {
                 words.push((l, diff));
             }
@@ -294,18 +283,10 @@ impl PsLdaWorker {
             ));
         }
         let n_tokens: usize = docs.iter().map(|d| d.1.len()).sum();
-        if n_tokens as u64 > MAX_TOKENS {
-            return Err(PsCoreError::TooManyTokens {
-                tokens: n_tokens as u64,
-                max: MAX_TOKENS,
-            });
-        }
+        check_corpus(n_tokens, vocab_size, docs.iter().map(|d| d.1.as_slice()))?;
         let mut words: Vec<u32> = docs.iter().flat_map(|d| d.1.iter().copied()).collect();
         words.sort_unstable();
         words.dedup();
-        if let Some(&word) = words.last().filter(|&&w| w as usize >= vocab_size) {
-            return Err(PsCoreError::WordOutOfRange { word, vocab_size });
-        }
         let mut local = vec![u32::MAX; vocab_size];
         for (i, &w) in words.iter().enumerate() {
             local[w as usize] = i as u32;
@@ -407,21 +388,6 @@ impl PsLdaWorker {
         self.rng = rng;
         self.deltas = OwnDeltas::new(self.words.len(), k);
         Ok(())
-    }
-
-    /// Documents of this worker.
-    pub fn n_docs(&self) -> usize {
-        self.docs.len()
-    }
-
-    /// Tokens of this worker.
-    pub fn n_tokens(&self) -> usize {
-        self.docs.iter().map(Vec::len).sum()
-    }
-
-    /// The distinct words of this worker's documents (global ids, ascending).
-    pub fn words(&self) -> &[u32] {
-        &self.words
     }
 
     /// The rows a clock reads: the worker's words, then the totals row.
@@ -573,25 +539,14 @@ impl FinalTable {
     ) -> Result<FinalTable, PsCoreError> {
         let v = word_frequencies.len();
         let read = |r: u64| -> Result<TopicCounts, PsCoreError> {
-            let mut entries = Vec::new();
-            for (t, x) in row(r).map(row_pairs).unwrap_or_default() {
-                if t as usize >= n_topics {
-                    return Err(PsCoreError::BadRow {
-                        row: r,
-                        reason: format!("topic column {t} >= K = {n_topics}"),
-                    });
-                }
-                if !(x.is_finite() && x >= 0.0 && x.fract() == 0.0) {
-                    return Err(PsCoreError::BadRow {
-                        row: r,
-                        reason: format!("topic {t}: count {x} is not a non-negative integer"),
-                    });
-                }
-                if x > 0.0 {
-                    entries.push((t, x as u32));
-                }
+            let pairs = topic_pairs(r, row(r), n_topics)?;
+            if let Some((t, x)) = pairs.iter().find(|p| !is_count(p.1)) {
+                return Err(PsCoreError::BadRow {
+                    row: r,
+                    reason: format!("topic {t}: count {x} is not a non-negative integer"),
+                });
             }
-            Ok(TopicCounts { entries })
+            Ok(clamped_counts(pairs, &mut 0))
         };
         let mut column_sums = vec![0i64; n_topics];
         let mut word_topic = Vec::with_capacity(v);
@@ -609,11 +564,7 @@ impl FinalTable {
             }
             word_topic.push(counts);
         }
-        let totals = read(v as u64)?;
-        let mut topic_totals = vec![0i64; n_topics];
-        for &(t, n) in &totals.entries {
-            topic_totals[t as usize] = i64::from(n);
-        }
+        let topic_totals = per_topic(&read(v as u64)?, n_topics);
         if topic_totals != column_sums {
             return Err(PsCoreError::Totals {
                 totals: topic_totals,
@@ -666,21 +617,14 @@ pub fn snapshot_word_log_likelihood<'a>(
 ) -> f64 {
     let mut clamped = 0;
     let mut counts = |r: u64| -> TopicCounts {
-        let entries = row(r)
-            .map(row_pairs)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(t, _)| (*t as usize) < n_topics)
-            .map(|(t, x)| (t, count_of(x, &mut clamped)))
-            .filter(|e| e.1 > 0)
-            .collect();
-        TopicCounts { entries }
+        let pairs = row(r).map(row_pairs).unwrap_or_default().into_iter();
+        clamped_counts(
+            pairs.filter(|(t, _)| (*t as usize) < n_topics),
+            &mut clamped,
+        )
     };
     let words: Vec<TopicCounts> = (0..vocab_size as u64).map(&mut counts).collect();
-    let mut totals = vec![0i64; n_topics];
-    for (t, n) in counts(vocab_size as u64).entries {
-        totals[t as usize] = i64::from(n);
-    }
+    let totals = per_topic(&counts(vocab_size as u64), n_topics);
     joint_log_likelihood(
         word_log_likelihood_part(&words, beta),
         0.0,

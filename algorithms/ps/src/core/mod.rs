@@ -35,7 +35,9 @@ mod sim_tests;
 pub(crate) mod testing {
     //! Fixtures shared by the core's tests.
 
-    use crate::core::types::{Consistency, TableId, TableKind, TableSpec};
+    use crate::core::types::{
+        Clock, Consistency, ReadRequest, RowId, TableId, TableKind, TableSpec, WorkerId,
+    };
 
     /// The table of [`spec`].
     pub const T: TableId = TableId(1);
@@ -43,5 +45,23 @@ pub(crate) mod testing {
     /// Table [`T`], dense and two columns wide, under `c`.
     pub fn spec(c: Consistency) -> TableSpec {
         TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+    }
+
+    /// A read request of `row` of `table` (cores ignore its `shard`).
+    pub fn read(
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        min_clock: Clock,
+    ) -> ReadRequest {
+        ReadRequest {
+            shard: 0,
+            worker,
+            request_id,
+            table,
+            row,
+            min_clock,
+        }
     }
 }

@@ -10,14 +10,9 @@ use crate::core::types::{Row, RowId, UpdateRuleSpec};
 
 /// A server-side update rule: one instance per table per shard (state keyed by row id).
 pub trait UpdateRule: Send {
-    /// Folds `delta` into `row`. `delta` has been validated against the table's shape.
-    fn apply(&mut self, row: &mut Row, delta: &Row);
-
-    /// Row-aware entry point the shard calls (stateful rules override it).
-    fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
-        let _ = id;
-        self.apply(row, delta);
-    }
+    /// Folds `delta` into `row`, the value of row `id` (the key of any per-row state).
+    /// `delta` has been validated against the table's shape.
+    fn apply(&mut self, id: RowId, row: &mut Row, delta: &Row);
 }
 
 /// `value += delta`.
@@ -25,7 +20,7 @@ pub trait UpdateRule: Send {
 pub struct Sum;
 
 impl UpdateRule for Sum {
-    fn apply(&mut self, row: &mut Row, delta: &Row) {
+    fn apply(&mut self, _: RowId, row: &mut Row, delta: &Row) {
         row.add(delta);
     }
 }
@@ -38,7 +33,7 @@ pub struct Sgd {
 }
 
 impl UpdateRule for Sgd {
-    fn apply(&mut self, row: &mut Row, delta: &Row) {
+    fn apply(&mut self, _: RowId, row: &mut Row, delta: &Row) {
         row.add_scaled(delta, -self.learning_rate);
     }
 }
@@ -66,12 +61,7 @@ impl SgdMomentum {
 }
 
 impl UpdateRule for SgdMomentum {
-    /// Without a row id there is no state: behaves as a single step from zero velocity.
-    fn apply(&mut self, row: &mut Row, delta: &Row) {
-        row.add_scaled(delta, -self.learning_rate);
-    }
-
-    fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
+    fn apply(&mut self, id: RowId, row: &mut Row, delta: &Row) {
         let v = self.velocity.entry(id).or_insert_with(|| zeros_like(row));
         let m = self.momentum;
         v.apply_with(delta, |x, g| *x = m * *x + g);
@@ -100,27 +90,15 @@ impl Adagrad {
             accum: HashMap::new(),
         }
     }
-
-    fn step(&self, acc: &Row, row: &mut Row, delta: &Row) {
-        for (c, g) in delta.entries() {
-            row.inc(c, -self.learning_rate * g / (acc.get(c).sqrt() + self.eps));
-        }
-    }
 }
 
 impl UpdateRule for Adagrad {
-    /// Without a row id: one step with `G = g^2`.
-    fn apply(&mut self, row: &mut Row, delta: &Row) {
-        let mut acc = Row::Sparse(Vec::new());
+    fn apply(&mut self, id: RowId, row: &mut Row, delta: &Row) {
+        let acc = self.accum.entry(id).or_insert_with(|| zeros_like(row));
         acc.apply_with(delta, |x, g| *x += g * g);
-        self.step(&acc, row, delta);
-    }
-
-    fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
-        let mut acc = self.accum.remove(&id).unwrap_or_else(|| zeros_like(row));
-        acc.apply_with(delta, |x, g| *x += g * g);
-        self.step(&acc, row, delta);
-        self.accum.insert(id, acc);
+        for (c, g) in delta.entries() {
+            row.inc(c, -self.learning_rate * g / (acc.get(c).sqrt() + self.eps));
+        }
     }
 }
 
@@ -168,10 +146,13 @@ impl AdaRevision {
             accum: HashMap::new(),
         }
     }
+}
 
-    fn step(&self, acc: &mut [(f64, f64)], row: &mut Row, delta: &Row) {
-        let k = self.width;
+impl UpdateRule for AdaRevision {
+    fn apply(&mut self, id: RowId, row: &mut Row, delta: &Row) {
+        let (k, a0) = (self.width, f64::from(self.initial_accumulator));
         let alpha = f64::from(self.learning_rate);
+        let acc = (self.accum.entry(id)).or_insert_with(|| vec![(a0, a0); k as usize]);
         for (c, g) in delta.entries().filter(|&(c, _)| c < k) {
             let Some(slot) = acc.get_mut(c as usize) else {
                 continue;
@@ -187,26 +168,6 @@ impl AdaRevision {
             row.inc(c, (-eta * g + (eta_old - eta) * backlog) as f32);
             row.inc(k + c, g as f32);
         }
-    }
-}
-
-impl UpdateRule for AdaRevision {
-    /// Without a row id: one step from a fresh accumulator.
-    fn apply(&mut self, row: &mut Row, delta: &Row) {
-        let a0 = f64::from(self.initial_accumulator);
-        let mut acc = vec![(a0, a0); self.width as usize];
-        self.step(&mut acc, row, delta);
-    }
-
-    fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
-        let a0 = f64::from(self.initial_accumulator);
-        let width = self.width as usize;
-        let mut acc = self
-            .accum
-            .remove(&id)
-            .unwrap_or_else(|| vec![(a0, a0); width]);
-        self.step(&mut acc, row, delta);
-        self.accum.insert(id, acc);
     }
 }
 
@@ -363,10 +324,10 @@ mod tests {
     #[test]
     fn sum_and_sgd() {
         let mut r = Row::Dense(vec![1.0, 1.0]);
-        Sum.apply(&mut r, &Row::Dense(vec![1.0, 2.0]));
+        Sum.apply(RowId(0), &mut r, &Row::Dense(vec![1.0, 2.0]));
         assert_eq!(r, Row::Dense(vec![2.0, 3.0]));
         let mut sgd = Sgd { learning_rate: 0.5 };
-        sgd.apply_row(RowId(0), &mut r, &Row::Sparse(vec![(1, 2.0)]));
+        sgd.apply(RowId(0), &mut r, &Row::Sparse(vec![(1, 2.0)]));
         assert_eq!(r, Row::Dense(vec![2.0, 2.0]));
     }
 
@@ -374,11 +335,11 @@ mod tests {
     fn momentum_accumulates_velocity_per_row() {
         let mut m = SgdMomentum::new(1.0, 0.5);
         let mut r = Row::Dense(vec![0.0]);
-        m.apply_row(RowId(1), &mut r, &Row::Dense(vec![1.0])); // v = 1
-        m.apply_row(RowId(1), &mut r, &Row::Dense(vec![1.0])); // v = 1.5
+        m.apply(RowId(1), &mut r, &Row::Dense(vec![1.0])); // v = 1
+        m.apply(RowId(1), &mut r, &Row::Dense(vec![1.0])); // v = 1.5
         assert!(close(r.get(0), -2.5));
         let mut other = Row::Dense(vec![0.0]);
-        m.apply_row(RowId(2), &mut other, &Row::Dense(vec![1.0]));
+        m.apply(RowId(2), &mut other, &Row::Dense(vec![1.0]));
         assert!(close(other.get(0), -1.0));
     }
 
@@ -386,9 +347,9 @@ mod tests {
     fn adagrad_scales_by_accumulated_squares() {
         let mut a = Adagrad::new(1.0, 0.0);
         let mut r = Row::Sparse(vec![]);
-        a.apply_row(RowId(0), &mut r, &Row::Sparse(vec![(3, 2.0)])); // G=4, step 2/2 = 1
+        a.apply(RowId(0), &mut r, &Row::Sparse(vec![(3, 2.0)])); // G=4, step 2/2 = 1
         assert!(close(r.get(3), -1.0));
-        a.apply_row(RowId(0), &mut r, &Row::Sparse(vec![(3, 3.0)])); // G=13, step 3/sqrt13
+        a.apply(RowId(0), &mut r, &Row::Sparse(vec![(3, 3.0)])); // G=13, step 3/sqrt13
         assert!(close(r.get(3), -1.0 - 3.0 / 13f32.sqrt()));
     }
 
@@ -400,8 +361,8 @@ mod tests {
         for g in [2.0f32, -1.0, 0.5] {
             // Fresh read every time: z_old = z, so no backlog.
             let d = adarevision_delta(&[g], &r);
-            ada.apply_row(RowId(0), &mut r, &d);
-            adagrad.apply_row(RowId(0), &mut q, &Row::Dense(vec![g]));
+            ada.apply(RowId(0), &mut r, &d);
+            adagrad.apply(RowId(0), &mut q, &Row::Dense(vec![g]));
             assert!(close(r.get(0), q.get(0)), "{r:?} vs {q:?}");
         }
         // z is the sum of the gradients.
@@ -415,11 +376,11 @@ mod tests {
         let mut ada = AdaRevision::new(1.0, 1.0, 1);
         let mut row = Row::Dense(vec![0.0, 0.0]);
         let read = row.clone();
-        ada.apply_row(RowId(0), &mut row, &adarevision_delta(&[1.0], &read));
+        ada.apply(RowId(0), &mut row, &adarevision_delta(&[1.0], &read));
         // G = 1 + 1 = 2: x = -1/sqrt(2).
         let after_a = -1.0 / 2f32.sqrt();
         assert!(close(row.get(0), after_a));
-        ada.apply_row(RowId(0), &mut row, &adarevision_delta(&[1.0], &read));
+        ada.apply(RowId(0), &mut row, &adarevision_delta(&[1.0], &read));
         // eta_old = 1/sqrt2; G = 2 + 1 + 2*1*1 = 5; eta = 1/sqrt5.
         let (eta_old, eta) = (1.0 / 2f32.sqrt(), 1.0 / 5f32.sqrt());
         let expect = after_a - eta + (eta_old - eta);
@@ -430,9 +391,9 @@ mod tests {
         let mut fresh = AdaRevision::new(1.0, 1.0, 1);
         let mut r2 = Row::Dense(vec![0.0, 0.0]);
         let read0 = r2.clone();
-        fresh.apply_row(RowId(0), &mut r2, &adarevision_delta(&[1.0], &read0));
+        fresh.apply(RowId(0), &mut r2, &adarevision_delta(&[1.0], &read0));
         let read1 = r2.clone();
-        fresh.apply_row(RowId(0), &mut r2, &adarevision_delta(&[1.0], &read1));
+        fresh.apply(RowId(0), &mut r2, &adarevision_delta(&[1.0], &read1));
         assert!(
             r2.get(0) < row.get(0),
             "a fresh gradient steps further: {r2:?} {row:?}"
@@ -452,8 +413,8 @@ mod tests {
         let mut a = Row::Dense(vec![0.0; 4]);
         let mut b = Row::Dense(vec![0.0; 4]);
         let read = a.clone();
-        rule.apply_row(RowId(0), &mut a, &adarevision_delta(&[3.0, 0.0], &read));
-        rule.apply_row(RowId(1), &mut b, &adarevision_delta(&[3.0, 0.0], &read));
+        rule.apply(RowId(0), &mut a, &adarevision_delta(&[3.0, 0.0], &read));
+        rule.apply(RowId(1), &mut b, &adarevision_delta(&[3.0, 0.0], &read));
         assert_eq!(a, b, "row 1 starts from a fresh accumulator");
         // G = 1 + 9 = 10: x0 = -3/sqrt(10); column 1 had a zero gradient.
         assert!(close(a.get(0), -3.0 / 10f32.sqrt()));
@@ -492,7 +453,7 @@ mod tests {
 
     struct Max;
     impl UpdateRule for Max {
-        fn apply(&mut self, row: &mut Row, delta: &Row) {
+        fn apply(&mut self, _: RowId, row: &mut Row, delta: &Row) {
             row.apply_with(delta, |x, g| *x = x.max(g));
         }
     }
@@ -509,12 +470,12 @@ mod tests {
             .build(&UpdateRuleSpec::Custom { name: "max".into() })
             .unwrap();
         let mut r = Row::Dense(vec![1.0, 5.0]);
-        rule.apply_row(RowId(0), &mut r, &Row::Dense(vec![3.0, 2.0]));
+        rule.apply(RowId(0), &mut r, &Row::Dense(vec![3.0, 2.0]));
         assert_eq!(r, Row::Dense(vec![3.0, 5.0]));
         let mut sgd = reg
             .build(&UpdateRuleSpec::Sgd { learning_rate: 2.0 })
             .unwrap();
-        sgd.apply_row(RowId(0), &mut r, &Row::Dense(vec![1.0, 1.0]));
+        sgd.apply(RowId(0), &mut r, &Row::Dense(vec![1.0, 1.0]));
         assert_eq!(r, Row::Dense(vec![1.0, 3.0]));
         assert!(format!("{reg:?}").contains("max"));
     }

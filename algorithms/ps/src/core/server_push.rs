@@ -81,6 +81,7 @@ mod tests {
     use super::*;
     use crate::core::client::{ClientCore, GetOutcome};
     use crate::core::shard::{PsShardCore, ShardAction};
+    use crate::core::testing::read;
     use crate::core::types::{
         Consistency, Row, RowId, RowUpdate, ShardBatch, TableId, TableKind, TableSpec, UpdateBatch,
         WorkerId,
@@ -133,7 +134,12 @@ mod tests {
         s.handle_batch(&batch(0, 1, &[(0, 100.0), (1, 1.0), (2, 10.0)]))
             .unwrap();
         for r in 0..3 {
-            assert_eq!(s.read(WorkerId(1), r, T, RowId(r), 0).unwrap().len(), 1);
+            assert_eq!(
+                s.handle_read(&read(WorkerId(1), r, T, RowId(r), 0))
+                    .unwrap()
+                    .len(),
+                1
+            );
         }
         // Nothing changed since the replies: nothing to push.
         assert!(s.server_push_tick().is_empty());
@@ -184,7 +190,8 @@ mod tests {
     fn fifo_order_cost_per_holder_and_zero_budget() {
         let mut s = shard(SendPolicy::Fifo, 1);
         // Worker 0 holds row 2 too: pushing row 2 now costs two rows, more than the budget.
-        s.read(WorkerId(0), 9, T, RowId(2), 0).unwrap();
+        s.handle_read(&read(WorkerId(0), 9, T, RowId(2), 0))
+            .unwrap();
         s.handle_batch(&batch(0, 2, &[(2, 1.0), (0, 1.0), (1, 1.0)]))
             .unwrap();
         assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 0)]);
@@ -211,7 +218,7 @@ mod tests {
         ));
         let mut c1 = ClientCore::new(WorkerId(1), 1, vec![spec()]).unwrap();
         // Worker 1 reads row 0 (a miss, served at once) and caches 0.
-        let req = match c1.get(T, RowId(0)).unwrap() {
+        let req = match c1.get_shared(T, RowId(0)).unwrap() {
             GetOutcome::Fetch(r) => r,
             o => panic!("{o:?}"),
         };
@@ -231,8 +238,8 @@ mod tests {
         // Fresh value (5) plus its own write still in flight (1); still a hit, same clock.
         assert_eq!(c1.cached(T, RowId(0)).unwrap(), (&Row::Dense(vec![6.0]), 0));
         assert_eq!(
-            c1.get(T, RowId(0)).unwrap(),
-            GetOutcome::Hit(Row::Dense(vec![6.0]))
+            c1.get_shared(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![6.0]).into())
         );
         // Once the shard applies the own write, the next push does not count it twice.
         for b in own {

@@ -107,6 +107,14 @@ struct TableState {
     changed: HashMap<RowId, PushPending>,
 }
 
+impl StoredRow {
+    /// `data`, never written since (stamp 0).
+    fn new(data: Row) -> Self {
+        let data = SharedRow::new(data);
+        StoredRow { data, stamp: 0 }
+    }
+}
+
 impl TableState {
     fn stamp_of(&self, row: RowId) -> u64 {
         self.rows.get(&row).map_or(0, |r| r.stamp)
@@ -143,14 +151,6 @@ struct WorkerState {
     applied_seq: u64,
 }
 
-#[derive(Debug, Clone)]
-struct PendingRead {
-    worker: WorkerId,
-    request_id: u64,
-    table: TableId,
-    row: RowId,
-}
-
 /// The server shard's state machine. Inputs are method calls; outputs are `ShardAction`s.
 /// A removed worker (`remove_worker`) leaves the min clock, its queued reads and its
 /// subscriptions; its applied updates stay and its later messages are refused.
@@ -159,7 +159,7 @@ pub struct PsShardCore {
     workers: Vec<WorkerState>,
     min_clock: Clock,
     /// Queued reads keyed by the min clock they wait for.
-    pending: BTreeMap<Clock, Vec<PendingRead>>,
+    pending: BTreeMap<Clock, Vec<ReadRequest>>,
     next_stamp: u64,
     cuts: ClockCuts,
     /// Managed communication from server to clients, when enabled.
@@ -297,19 +297,10 @@ impl PsShardCore {
     ) -> Result<Self, PsCoreError> {
         let mut core = Self::with_registry(n_workers, tables, registry)?;
         for snap in snapshots {
-            let t = core
-                .tables
-                .get_mut(&snap.table)
-                .ok_or(PsCoreError::UnknownTable(snap.table))?;
+            let t = core.table_mut(snap.table)?;
             for (id, data) in snap.rows {
                 t.spec.check_delta(id, &data)?;
-                t.rows.insert(
-                    id,
-                    StoredRow {
-                        data: SharedRow::new(data),
-                        stamp: 0,
-                    },
-                );
+                t.rows.insert(id, StoredRow::new(data));
             }
         }
         for w in &mut core.workers {
@@ -433,6 +424,10 @@ impl PsShardCore {
             .collect()
     }
 
+    fn table_mut(&mut self, table: TableId) -> Result<&mut TableState, PsCoreError> {
+        (self.tables.get_mut(&table)).ok_or(PsCoreError::UnknownTable(table))
+    }
+
     fn worker(&self, worker: WorkerId) -> Result<&WorkerState, PsCoreError> {
         let w = self
             .workers
@@ -475,11 +470,7 @@ impl PsShardCore {
             )));
         }
         for u in &batch.updates {
-            let t = self
-                .tables
-                .get(&u.table)
-                .ok_or(PsCoreError::UnknownTable(u.table))?;
-            t.spec.check_delta(u.row, &u.delta)?;
+            self.table_mut(u.table)?.spec.check_delta(u.row, &u.delta)?;
         }
         self.open_cuts_up_to(clock);
         let tracking = self.push.is_some();
@@ -489,18 +480,15 @@ impl PsShardCore {
             let Some(t) = self.tables.get_mut(&u.table) else {
                 continue; // validated above
             };
-            let stored = t.rows.entry(u.row).or_insert_with(|| StoredRow {
-                data: SharedRow::new(t.spec.zero_row()),
-                stamp: 0,
-            });
-            t.rule.apply_row(u.row, stored.data.make_mut(), &u.delta);
+            let stored = (t.rows.entry(u.row)).or_insert_with(|| StoredRow::new(t.spec.zero_row()));
+            t.rule.apply(u.row, stored.data.make_mut(), &u.delta);
             stored.stamp = stamp;
             // Cuts of later checkpoint clocks take this update too (the rule is stateless).
             for cut in self.cuts.open.range_mut(clock + 1..).map(|(_, c)| c) {
                 let zero = t.spec.zero_row();
                 let row = cut.entry(u.table).or_default().entry(u.row);
                 let row = row.or_insert_with(|| SharedRow::new(zero));
-                t.rule.apply_row(u.row, row.make_mut(), &u.delta);
+                t.rule.apply(u.row, row.make_mut(), &u.delta);
             }
             if t.spec.consistency.is_essp() {
                 t.dirty.insert(u.row);
@@ -539,72 +527,34 @@ impl PsShardCore {
         }
     }
 
-    /// Convenience for a `ReadRequest` message.
-    pub fn handle_read(&mut self, req: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
-        self.read(
-            req.worker,
-            req.request_id,
-            req.table,
-            req.row,
-            req.min_clock,
-        )
-    }
-
-    /// A read of `(table, row)` needing min clock `>= min_clock`: served at once if it is (or
-    /// the table is `Async`), else queued. On an ESSP table it subscribes `worker` to the row.
-    pub fn read(
-        &mut self,
-        worker: WorkerId,
-        request_id: u64,
-        table: TableId,
-        row: RowId,
-        min_clock: Clock,
-    ) -> Result<Vec<ShardAction>, PsCoreError> {
-        self.read_inner(worker, request_id, table, row, min_clock, false)
+    /// A read of `(r.table, r.row)` needing min clock `>= r.min_clock`: served at once if it
+    /// is (or the table is `Async`), else queued. On an ESSP table it subscribes the reader.
+    pub fn handle_read(&mut self, r: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
+        self.read(r, false)
     }
 
     /// [`handle_read`](Self::handle_read) that always waits for the min clock and never
     /// subscribes: a client's `barrier()` probe.
     pub fn handle_sync(&mut self, r: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
-        self.read_inner(r.worker, r.request_id, r.table, r.row, r.min_clock, true)
+        self.read(r, true)
     }
 
-    fn read_inner(
-        &mut self,
-        worker: WorkerId,
-        request_id: u64,
-        table: TableId,
-        row: RowId,
-        min_clock: Clock,
-        sync: bool,
-    ) -> Result<Vec<ShardAction>, PsCoreError> {
-        self.worker(worker)?;
+    fn read(&mut self, r: &ReadRequest, sync: bool) -> Result<Vec<ShardAction>, PsCoreError> {
+        self.worker(r.worker)?;
         let pushing = self.push.is_some();
-        let t = self
-            .tables
-            .get_mut(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let t = self.table_mut(r.table)?;
         let consistency = t.spec.consistency;
         // Server push needs the holders of every row, as ESSP does.
         if (consistency.is_essp() || pushing) && !sync {
             // u64::MAX = subscribed, not replied yet; `reply` records the stamp it sends.
-            t.subs
-                .entry(row)
-                .or_default()
-                .entry(worker)
-                .or_insert(u64::MAX);
-            t.sub_workers.insert(worker);
+            let subs = t.subs.entry(r.row).or_default();
+            subs.entry(r.worker).or_insert(u64::MAX);
+            t.sub_workers.insert(r.worker);
         }
-        let read = PendingRead {
-            worker,
-            request_id,
-            table,
-            row,
-        };
-        if (consistency == Consistency::Async && !sync) || min_clock <= self.min_clock {
-            Ok(vec![self.reply(&read)])
+        if (consistency == Consistency::Async && !sync) || r.min_clock <= self.min_clock {
+            Ok(vec![self.reply(r)])
         } else {
-            self.pending.entry(min_clock).or_default().push(read);
+            self.pending.entry(r.min_clock).or_default().push(r.clone());
             Ok(Vec::new())
         }
     }
@@ -714,7 +664,7 @@ impl PsShardCore {
         Ok(self.recompute_min())
     }
 
-    fn reply(&mut self, r: &PendingRead) -> ShardAction {
+    fn reply(&mut self, r: &ReadRequest) -> ShardAction {
         let ack_seq = self.workers[r.worker.0 as usize].applied_seq;
         let min_clock = self.min_clock;
         let (row_data, stamp) = match self.tables.get(&r.table) {

@@ -263,14 +263,14 @@ impl Sim {
             Op::Get { row } => {
                 let mut retried = false;
                 loop {
-                    match self.clients[w].get(T, RowId(row)).unwrap() {
+                    match self.clients[w].get_shared(T, RowId(row)).unwrap() {
                         GetOutcome::Hit(value) => {
                             let row_clock = self.clients[w].cached(T, RowId(row)).unwrap().1;
                             break Event::Read {
                                 worker: w as u32,
                                 clock,
                                 row,
-                                value,
+                                value: value.into_row(),
                                 row_clock,
                             };
                         }
@@ -484,7 +484,7 @@ proptest! {
         sim.run(to_ops(&raw, early), &mut |_| Vec::new());
         check_ssp_log(&sim.log, n_workers, s_eff)?;
         for cl in &sim.clients {
-            prop_assert!(cl.stats().max() <= s_eff);
+            prop_assert!(cl.table_stats(T).max() <= s_eff);
         }
         // Every update reached the shards.
         let table = sim.table();
@@ -589,7 +589,7 @@ proptest! {
                 _ => None,
             }).collect();
             let mut stats = crate::core::stats::StalenessStats::new();
-            sim.clients.iter().for_each(|c| stats.merge(c.stats()));
+            sim.clients.iter().for_each(|c| stats.merge(&c.table_stats(T)));
             runs.push((reads, stats));
         }
         let (ssp, essp) = (&runs[0], &runs[1]);
@@ -652,7 +652,7 @@ fn essp_lowers_mean_staleness_example() {
             .collect();
         sim.run(vec![prog, prog1], &mut |_| Vec::new());
         let mut st = crate::core::stats::StalenessStats::new();
-        sim.clients.iter().for_each(|c| st.merge(c.stats()));
+        sim.clients.iter().for_each(|c| st.merge(&c.table_stats(T)));
         check_ssp_log(&sim.log, 2, 2).unwrap();
         means.push(st.mean());
     }

@@ -8,6 +8,8 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+use crate::core::types::mix64;
+
 /// Per-clock compute time of every worker.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StragglerModel {
@@ -26,11 +28,8 @@ pub struct StragglerModel {
 }
 
 /// splitmix64 of one word, so neighbouring (worker, clock) pairs are independent draws.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+fn mix(z: u64) -> u64 {
+    mix64(z.wrapping_add(0x9E37_79B9_7F4A_7C15))
 }
 
 impl StragglerModel {

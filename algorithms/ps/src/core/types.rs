@@ -573,11 +573,15 @@ impl TryFrom<RowWire<'_>> for Row {
 /// SplitMix64 hash, so every process agrees and row 0 of every table is not on one shard.
 pub fn shard_of(table: TableId, row: RowId, n_shards: u32) -> u32 {
     let n = u64::from(n_shards.max(1));
-    let mut z = row.0 ^ u64::from(table.0).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+    let z = row.0 ^ u64::from(table.0).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+    (mix64(z) % n) as u32
+}
+
+/// SplitMix64's finalizer: every bit of `z` spread over the whole word.
+pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z % n) as u32
+    z ^ (z >> 31)
 }
 
 /// One row delta inside an update batch.

@@ -103,16 +103,13 @@ pub struct PsTrainArgs<C: clap::Args> {
 pub fn train<A: PsApp>(args: PsTrainArgs<A::Config>) -> Result<String, PsError> {
     let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
     let cfg = args.config.clone();
-    let transport = match args.transport {
-        JobTransport::Memory => Transport::Memory,
-        JobTransport::Quic => Transport::Quic,
-        JobTransport::Processes => {
-            return Err(PsError::InvalidConfig {
-                app: A::NAME,
-                reason: "--transport processes is launched by the petrel CLI (petrel train)".into(),
-            });
-        }
-    };
+    if matches!(args.transport, JobTransport::Processes) {
+        return Err(PsError::InvalidConfig {
+            app: A::NAME,
+            reason: "--transport processes is launched by the petrel CLI (petrel train)".into(),
+        });
+    }
+    let transport = args.transport.cluster_transport();
     let out = run_local_with::<A>(args.config, args.shards, args.workers, transport, |s| {
         if let Some(t) = timeout_s {
             s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);

@@ -67,10 +67,7 @@ impl WorkerDone {
 }
 
 /// A monitor's inbox: collects the workers' reports of type `M` (replies `()`).
-struct MonitorInbox<M> {
-    reports: Rc<RefCell<Vec<M>>>,
-    notify: Rc<Notify>,
-}
+struct MonitorInbox<M>(MonitorReports<M>);
 
 impl<M: 'static> Actor for MonitorInbox<M> {
     type Context = Context<Self>;
@@ -79,8 +76,8 @@ impl<M: 'static> Actor for MonitorInbox<M> {
 impl<M: RemoteMessage<Reply = ()>> Handler<Msg<M>> for MonitorInbox<M> {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<M>, _: &mut Context<Self>) -> Self::Result {
-        self.reports.borrow_mut().push(msg.body);
-        self.notify.notify_waiters();
+        self.0.reports.borrow_mut().push(msg.body);
+        self.0.notify.notify_waiters();
         Ok(())
     }
 }
@@ -98,14 +95,12 @@ pub fn open_monitor<M: RemoteMessage<Reply = ()>>(
     node: &Node,
     actor: &str,
 ) -> Result<MonitorReports<M>, PsError> {
-    let reports = Rc::new(RefCell::new(Vec::new()));
-    let notify = Rc::new(Notify::new());
-    let inbox = MonitorInbox {
+    let (reports, notify) = (Rc::new(RefCell::new(Vec::new())), Rc::new(Notify::new()));
+    let inbox = MonitorInbox(MonitorReports {
         reports: reports.clone(),
         notify: notify.clone(),
-    }
-    .start();
-    node.register(actor, inbox)?.accept::<M>();
+    });
+    node.register(actor, inbox.start())?.accept::<M>();
     Ok(MonitorReports { reports, notify })
 }
 

@@ -282,22 +282,18 @@ impl PsClient {
     /// `Get` of many rows at once (round trips overlap), in the order asked.
     pub async fn get_many(&self, table: TableId, rows: &[RowId]) -> Result<Vec<Row>, ClientError> {
         self.check()?;
-        let out = self.read_rows(table, rows, ClientCore::get).await?;
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or(Row::Sparse(Vec::new())))
-            .collect())
+        let out = self.read_rows(table, rows).await?;
+        Ok(out.into_iter().map(SharedRow::into_row).collect())
     }
 
-    /// The read loop of `get_many` and `wait_pull`: `get` every row, send the fetches, wait,
-    /// repeat for the rows not yet served; counts round trips and time blocked.
-    async fn read_rows<R>(
+    /// The read loop of `get_many` and `wait_pull`: `get_shared` every row, send the fetches,
+    /// wait, repeat for the rows not yet served; counts round trips and time blocked.
+    async fn read_rows(
         &self,
         table: TableId,
         rows: &[RowId],
-        get: impl Fn(&mut ClientCore, TableId, RowId) -> Result<GetOutcome<R>, PsCoreError>,
-    ) -> Result<Vec<Option<R>>, ClientError> {
-        let mut out: Vec<Option<R>> = (0..rows.len()).map(|_| None).collect();
+    ) -> Result<Vec<SharedRow>, ClientError> {
+        let mut out: Vec<Option<SharedRow>> = vec![None; rows.len()];
         let mut missing: Vec<usize> = (0..rows.len()).collect();
         let mut blocked: Option<(std::time::Instant, bool)> = None;
         loop {
@@ -307,7 +303,7 @@ impl PsClient {
             {
                 let mut s = self.shared.borrow_mut();
                 for i in missing {
-                    match get(&mut s.core, table, rows[i])? {
+                    match s.core.get_shared(table, rows[i])? {
                         GetOutcome::Hit(r) => out[i] = Some(r),
                         GetOutcome::Fetch(req) => {
                             fetch.push(req);
@@ -349,7 +345,8 @@ impl PsClient {
                 }
             });
         }
-        Ok(out)
+        let empty = || SharedRow::new(Row::Sparse(Vec::new()));
+        Ok(out.into_iter().map(|r| r.unwrap_or_else(empty)).collect())
     }
 
     /// `get_many` without copies: [`pull`](Self::pull) then [`wait_pull`](Self::wait_pull).
@@ -375,12 +372,7 @@ impl PsClient {
 
     /// Waits for a pull's rows (in the order asked), shared with the cache.
     pub async fn wait_pull(&self, ticket: PullTicket) -> Result<Vec<SharedRow>, ClientError> {
-        let PullTicket { table, rows } = ticket;
-        let out = self.read_rows(table, &rows, ClientCore::get_shared).await?;
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| SharedRow::new(Row::Sparse(Vec::new()))))
-            .collect())
+        self.read_rows(ticket.table, &ticket.rows).await
     }
 
     /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) taking the delta by value.

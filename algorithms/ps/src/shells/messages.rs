@@ -27,7 +27,7 @@ pub enum ToShard {
     Batch(ShardBatch),
     /// Reads, each answered when the shard's min clock allows.
     Reads(Vec<ReadRequest>),
-    /// Barrier probes (`PsShardCore::sync`).
+    /// Barrier probes (`PsShardCore::handle_sync`).
     Syncs(Vec<ReadRequest>),
     /// Asks which of the worker's update batches are applied (`ShardAction::Ack`).
     Ack {

@@ -244,8 +244,8 @@ pub fn start_shard(
     let core = match resume {
         None => PsShardCore::with_registry(n_workers, tables, registry)?,
         Some((dir, clock)) => {
-            let ck = checkpoint::load_checkpoint(dir, shard, clock)?;
-            PsShardCore::restore(n_workers, tables, registry, ck.tables, ck.clock)?
+            let saved = checkpoint::load_checkpoint(dir, shard, clock)?;
+            PsShardCore::restore(n_workers, tables, registry, saved, clock)?
         }
     };
     start_shard_core(node, layout, shard, core, None)

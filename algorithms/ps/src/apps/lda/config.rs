@@ -103,7 +103,8 @@ impl PsLdaSettings {
             self.vocab.as_deref(),
             &self.synthetic,
         )?;
-        check_corpus(corpus.n_tokens(), corpus.vocab_size, &corpus.docs)?;
+        let docs = corpus.docs.iter().map(Vec::as_slice);
+        check_corpus(corpus.n_tokens(), corpus.vocab_size, docs)?;
         Ok(corpus)
     }
 

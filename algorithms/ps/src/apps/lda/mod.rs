@@ -159,12 +159,6 @@ impl PsApp for PsLda {
     }
 
     fn new(cfg: PsLdaSettings, layout: &PsLayout) -> Result<Self, PsError> {
-        if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
-            return Err(PsError::InvalidConfig {
-                app: Self::NAME,
-                reason: "need topics >= 1 and positive alpha, beta".into(),
-            });
-        }
         let tables = cfg.tables()?;
         let corpus = cfg.load()?;
         let docs = DocumentPartition::balanced(&corpus, layout.worker_nodes.len());

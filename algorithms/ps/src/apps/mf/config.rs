@@ -206,12 +206,6 @@ impl PsMfSettings {
 
     /// The tables: `users` (async, owned by one worker each) and `items`.
     pub fn tables(&self) -> Result<Vec<TableSpec>, PsError> {
-        if self.rank == 0 {
-            return Err(PsError::InvalidConfig {
-                app: PsMf::NAME,
-                reason: "rank must be >= 1".into(),
-            });
-        }
         let model_width = self.row_width();
         let (width, spec) = match self.rule {
             Some(rule) => (

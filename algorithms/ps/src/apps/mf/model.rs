@@ -73,13 +73,11 @@ impl PsMfData {
 
 /// Deterministic initial value of `(table, row, col)`: uniform in `[-scale, scale]`.
 pub fn init_value(table: TableId, row: u64, col: u32, scale: f32) -> f32 {
-    let mut z = row
+    let z = row
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(u64::from(col).wrapping_mul(0xD1B5_4A32_D192_ED03))
         .wrapping_add(u64::from(table.0) << 56);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
+    let z = crate::core::types::mix64(z);
     let u = (z >> 11) as f64 / (1u64 << 53) as f64;
     ((2.0 * u - 1.0) as f32) * scale
 }

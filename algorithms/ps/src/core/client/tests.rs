@@ -44,7 +44,10 @@ fn prefetch_refreshes_async_rows_once_in_flight() {
     c.handle(0, reply(4, vec![1.0, 2.0], 0, 0, first.request_id))
         .unwrap();
     assert!(c.prefetch(T, RowId(4)).unwrap().is_some());
-    assert!(matches!(c.get(T, RowId(4)).unwrap(), GetOutcome::Hit(_)));
+    assert!(matches!(
+        c.get_shared(T, RowId(4)).unwrap(),
+        GetOutcome::Hit(_)
+    ));
     assert_eq!(c.table_stats(T).count(), 1);
     assert_eq!(c.table_stats(TableId(9)).count(), 0);
     let observed = c.take_observed();
@@ -78,28 +81,31 @@ fn reply(row: u64, data: Vec<f32>, row_clock: Clock, ack_seq: u64, id: u64) -> S
 #[test]
 fn miss_fetch_wait_then_hit() {
     let mut c = client(2, spec(Consistency::Ssp { staleness: 1 }));
-    let GetOutcome::Fetch(req) = c.get(T, RowId(5)).unwrap() else {
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(5)).unwrap() else {
         panic!()
     };
     assert_eq!(req.min_clock, 0);
     assert_eq!(req.shard, shard_of(T, RowId(5), 2));
-    assert_eq!(c.get(T, RowId(5)).unwrap(), GetOutcome::Wait);
+    assert_eq!(c.get_shared(T, RowId(5)).unwrap(), GetOutcome::Wait);
     c.handle(req.shard, reply(5, vec![1.0, 2.0], 0, 0, req.request_id))
         .unwrap();
     assert_eq!(
-        c.get(T, RowId(5)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]))
+        c.get_shared(T, RowId(5)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]).into())
     );
     // Clock 1: needs row clock >= 0, still a hit with staleness 1.
     c.clock();
-    assert!(matches!(c.get(T, RowId(5)).unwrap(), GetOutcome::Hit(_)));
+    assert!(matches!(
+        c.get_shared(T, RowId(5)).unwrap(),
+        GetOutcome::Hit(_)
+    ));
     // Clock 2: needs row clock >= 1: fetch.
     c.clock();
     assert!(matches!(
-        c.get(T, RowId(5)).unwrap(),
+        c.get_shared(T, RowId(5)).unwrap(),
         GetOutcome::Fetch(ReadRequest { min_clock: 1, .. })
     ));
-    let r = c.stats().report();
+    let r = c.table_stats(T).report();
     assert_eq!((r.count, r.max), (2, 1));
     assert!((r.mean - 0.5).abs() < 1e-12);
 }
@@ -143,7 +149,7 @@ fn oplog_coalesces_and_splits_per_shard() {
 #[test]
 fn read_my_writes_survives_fresh_rows() {
     let mut c = client(1, spec(Consistency::Ssp { staleness: 5 }));
-    let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
         panic!()
     };
     c.handle(0, reply(0, vec![10.0, 0.0], 0, 0, req.request_id))
@@ -186,7 +192,7 @@ fn sgd_table_local_view_applies_minus_lr() {
     let t = spec(Consistency::Async).with_rule(UpdateRuleSpec::Sgd { learning_rate: 0.5 });
     let mut c = client(1, t.clone());
     let mut s = PsShardCore::new(1, vec![t]).unwrap();
-    let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
         panic!()
     };
     for a in s.handle_read(&req).unwrap() {
@@ -209,7 +215,10 @@ fn essp_push_clock_bumps_cached_rows() {
     let mut c = client(1, t);
     c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
     c.clock();
-    assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Fetch(_)));
+    assert!(matches!(
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Fetch(_)
+    ));
     c.handle(
         0,
         ShardAction::Push {
@@ -222,8 +231,8 @@ fn essp_push_clock_bumps_cached_rows() {
     )
     .unwrap();
     assert_eq!(
-        c.get(T, RowId(0)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![1.0, 1.0]))
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![1.0, 1.0]).into())
     );
     // Pushed rows we do not cache are ignored.
     c.handle(
@@ -247,8 +256,11 @@ fn async_hits_any_cached_copy() {
     for _ in 0..5 {
         c.clock();
     }
-    assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Hit(_)));
-    assert_eq!(c.stats().max(), 5);
+    assert!(matches!(
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(_)
+    ));
+    assert_eq!(c.table_stats(T).max(), 5);
 }
 
 fn dense_ptr(r: &Row) -> *const f32 {
@@ -355,8 +367,8 @@ fn a_held_read_is_not_changed_by_later_own_writes() {
         "the caller's row is its own"
     );
     assert_eq!(
-        c.get(T, RowId(0)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![1.0, 1.0])),
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![1.0, 1.0]).into()),
         "read-my-writes"
     );
 }
@@ -366,7 +378,7 @@ fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
     let t = spec(Consistency::Ssp { staleness: 5 }).with_read_my_writes(false);
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
     let mut c = client(1, t);
-    let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
         panic!()
     };
     for a in shard.handle_read(&req).unwrap() {
@@ -375,8 +387,8 @@ fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
     c.batch_inc(T, RowId(0), &Row::Dense(vec![1.0, 2.0]))
         .unwrap();
     assert_eq!(
-        c.get(T, RowId(0)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![0.0, 0.0])),
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![0.0, 0.0]).into()),
         "own unflushed write not visible"
     );
     let batches = c.clock();
@@ -394,15 +406,15 @@ fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
             shard.handle_batch(&b).unwrap();
         }
     }
-    let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
         panic!("stale beyond the bound")
     };
     for a in shard.handle_read(&req).unwrap() {
         c.handle(0, a).unwrap();
     }
     assert_eq!(
-        c.get(T, RowId(0)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]))
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]).into())
     );
 }
 
@@ -455,14 +467,17 @@ fn prefetch_next_clock_overlaps_the_bsp_round_trip_with_the_clock() {
     );
     // A read at clock 0 does not wait for it (that would need this worker's own clock):
     // it fetches for clock 0.
-    let GetOutcome::Fetch(now) = c.get(T, RowId(3)).unwrap() else {
+    let GetOutcome::Fetch(now) = c.get_shared(T, RowId(3)).unwrap() else {
         panic!("a read at clock 0 must not wait for the clock-1 fetch")
     };
     assert_eq!(now.min_clock, 0);
     for a in shard.handle_read(&now).unwrap() {
         c.handle(0, a).unwrap();
     }
-    assert!(matches!(c.get(T, RowId(3)).unwrap(), GetOutcome::Hit(_)));
+    assert!(matches!(
+        c.get_shared(T, RowId(3)).unwrap(),
+        GetOutcome::Hit(_)
+    ));
     c.inc(T, RowId(3), 0, 1.0).unwrap();
     for b in c.clock() {
         assert!(
@@ -478,8 +493,8 @@ fn prefetch_next_clock_overlaps_the_bsp_round_trip_with_the_clock() {
     }
     let sent_before = c.next_request;
     assert_eq!(
-        c.get(T, RowId(3)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![1.0, 0.0])),
+        c.get_shared(T, RowId(3)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![1.0, 0.0]).into()),
         "clock 1 reads the prefetched row, own update included"
     );
     assert_eq!(c.next_request, sent_before, "no request at clock 1");
@@ -507,14 +522,17 @@ fn prefetch_next_clock_asks_only_for_rows_the_next_clock_cannot_read() {
         .expect("uncached");
     assert_eq!(u.min_clock, 1);
     // Clock 2 still reads the cached copy; clock 3 waits for the request in flight.
-    assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Hit(_)));
+    assert!(matches!(
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(_)
+    ));
     c.clock();
-    assert_eq!(c.get(T, RowId(0)).unwrap(), GetOutcome::Wait);
+    assert_eq!(c.get_shared(T, RowId(0)).unwrap(), GetOutcome::Wait);
     c.handle(0, reply(0, vec![2.0, 2.0], 1, 0, q.request_id))
         .unwrap();
     assert_eq!(
-        c.get(T, RowId(0)).unwrap(),
-        GetOutcome::Hit(Row::Dense(vec![2.0, 2.0]))
+        c.get_shared(T, RowId(0)).unwrap(),
+        GetOutcome::Hit(Row::Dense(vec![2.0, 2.0]).into())
     );
 }
 
@@ -590,7 +608,7 @@ fn pull_request_fetches_only_what_the_cache_cannot_serve() {
         c.pull_request(T, RowId(0)).unwrap().is_none(),
         "fresh in the cache"
     );
-    assert_eq!(c.stats().count(), 0, "a pull records no staleness");
+    assert_eq!(c.table_stats(T).count(), 0, "a pull records no staleness");
     for b in c.clock() {
         shard.handle_batch(&b).unwrap();
     }

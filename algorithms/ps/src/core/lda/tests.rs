@@ -78,14 +78,14 @@ fn deltas_are_exact_even_against_an_empty_view() {
     apply(init);
     // A view with every count zero (maximally stale): the sampler clamps, the deltas
     // still describe the worker's true changes.
-    let zeros = vec![Row::Sparse(Vec::new()); w.words().len() + 1];
+    let zeros = vec![Row::Sparse(Vec::new()); w.words.len() + 1];
     for _ in 0..3 {
         // Two takes from one view: the second must report only the later changes.
         let mut view = w.view(&zeros).unwrap();
-        let half = w.n_docs() / 2;
+        let half = w.docs.len() / 2;
         let first = w.sweep(0..half, &mut view);
         apply(w.take_deltas(&mut view));
-        let second = w.sweep(half..w.n_docs(), &mut view);
+        let second = w.sweep(half..w.docs.len(), &mut view);
         apply(w.take_deltas(&mut view));
         assert_eq!(first + second, c.n_tokens() as u64);
     }
@@ -120,7 +120,7 @@ fn a_worker_restored_from_its_saved_state_samples_exactly_as_the_original() {
             .collect()
     };
     let mut view = a.view(&read(&a, &table)).unwrap();
-    a.sweep(0..a.n_docs(), &mut view);
+    a.sweep(0..a.docs.len(), &mut view);
     for (r, d) in a.take_deltas(&mut view) {
         table[r.0 as usize].add(&d);
     }
@@ -133,7 +133,7 @@ fn a_worker_restored_from_its_saved_state_samples_exactly_as_the_original() {
     );
     for w in [&mut a, &mut b] {
         let mut view = w.view(&read(w, &table)).unwrap();
-        w.sweep(0..w.n_docs(), &mut view);
+        w.sweep(0..w.docs.len(), &mut view);
         let _ = w.take_deltas(&mut view);
     }
     assert_eq!(a.export_state().unwrap(), b.export_state().unwrap());
@@ -211,12 +211,12 @@ fn refuses_corpora_beyond_exact_f32_counts() {
     let max = MAX_TOKENS as f32;
     assert_eq!(max + 1.0, max);
     assert_eq!((max - 1.0) + 1.0, max);
-    assert!(check_corpus(MAX_TOKENS as usize, 3, &[vec![0, 2]]).is_ok());
-    let e = check_corpus(MAX_TOKENS as usize + 1, 3, &[]).unwrap_err();
+    assert!(check_corpus(MAX_TOKENS as usize, 3, [&[0, 2][..]]).is_ok());
+    let e = check_corpus(MAX_TOKENS as usize + 1, 3, []).unwrap_err();
     assert!(matches!(e, PsCoreError::TooManyTokens { .. }));
     assert!(e.to_string().contains("2^24"), "{e}");
     assert!(matches!(
-        check_corpus(2, 3, &[vec![0, 3]]),
+        check_corpus(2, 3, [&[0, 3][..]]),
         Err(PsCoreError::WordOutOfRange {
             word: 3,
             vocab_size: 3
@@ -231,7 +231,7 @@ fn parts_and_chunks_cover_the_documents() {
     let w = PsLdaWorker::new(0, docs, c.vocab_size, &config(0)).unwrap();
     let parts: Vec<_> = (0..3).map(|p| w.part(p, 3)).collect();
     assert_eq!(parts[0].start, 0);
-    assert_eq!(parts[2].end, w.n_docs());
+    assert_eq!(parts[2].end, w.docs.len());
     assert!(parts.windows(2).all(|p| p[0].end == p[1].start));
     let chunks = w.doc_chunks(parts[1].clone(), 200);
     assert_eq!(chunks.first().unwrap().start, parts[1].start);
@@ -254,7 +254,7 @@ pub fn simulate(
         .enumerate()
         .map(|(w, d)| PsLdaWorker::new(w, d, vocab_size, config))
         .collect::<Result<Vec<_>, _>>()?;
-    let n_tokens: usize = workers.iter().map(PsLdaWorker::n_tokens).sum();
+    let n_tokens: usize = workers.iter().flat_map(|w| &w.docs).map(Vec::len).sum();
     let freq = word_frequencies(&workers, vocab_size);
     let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); vocab_size + 1];
     for w in &mut workers {
@@ -293,7 +293,7 @@ pub fn simulate(
                 }
             }
             let mut view = worker.view(&rows)?;
-            worker.sweep(0..worker.n_docs(), &mut view);
+            worker.sweep(0..worker.docs.len(), &mut view);
             let deltas = worker.take_deltas(&mut view);
             flushed.extend(deltas.iter().cloned());
             own[w].push(deltas);

@@ -1,7 +1,7 @@
 use super::*;
 use crate::core::types::{RowUpdate, UpdateRuleSpec};
 
-use crate::core::testing::{T, spec};
+use crate::core::testing::{T, read, spec};
 
 fn batch(seq: u64, row: u64, vals: [f32; 2]) -> UpdateBatch {
     UpdateBatch {
@@ -151,7 +151,9 @@ fn checkpoints_refuse_rules_with_state_on_the_shard() {
 #[test]
 fn read_served_immediately_when_clock_suffices() {
     let mut s = PsShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 1 })]).unwrap();
-    let out = s.read(WorkerId(0), 7, T, RowId(3), 0).unwrap();
+    let out = s
+        .handle_read(&read(WorkerId(0), 7, T, RowId(3), 0))
+        .unwrap();
     assert_eq!(out.len(), 1);
     assert_eq!(reply_data(&out[0]), (Row::Dense(vec![0.0, 0.0]), 0));
 }
@@ -162,7 +164,11 @@ fn held_read_released_when_min_clock_advances() {
     s.apply_updates(WorkerId(0), 0, &batch(1, 3, [1.0, 0.0]))
         .unwrap();
     assert!(s.clock(WorkerId(0), 0).unwrap().is_empty());
-    assert!(s.read(WorkerId(0), 9, T, RowId(3), 1).unwrap().is_empty());
+    assert!(
+        s.handle_read(&read(WorkerId(0), 9, T, RowId(3), 1))
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(s.pending_reads(), 1);
     s.apply_updates(WorkerId(1), 0, &batch(1, 3, [0.0, 2.0]))
         .unwrap();
@@ -240,8 +246,10 @@ fn early_partial_updates_do_not_advance_clock() {
 fn dead_worker_no_longer_holds_back_min_clock() {
     let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
     s.clock(WorkerId(0), 0).unwrap();
-    s.read(WorkerId(0), 1, T, RowId(0), 1).unwrap();
-    s.read(WorkerId(1), 2, T, RowId(0), 1).unwrap();
+    s.handle_read(&read(WorkerId(0), 1, T, RowId(0), 1))
+        .unwrap();
+    s.handle_read(&read(WorkerId(1), 2, T, RowId(0), 1))
+        .unwrap();
     let out = s.remove_worker(WorkerId(1)).unwrap();
     assert_eq!(out.len(), 1, "only the live worker's read is served");
     assert_eq!(out[0].worker(), WorkerId(0));
@@ -258,7 +266,9 @@ fn dead_worker_no_longer_holds_back_min_clock() {
 #[test]
 fn async_reads_never_wait() {
     let mut s = PsShardCore::new(2, vec![spec(Consistency::Async)]).unwrap();
-    let out = s.read(WorkerId(0), 1, T, RowId(0), 100).unwrap();
+    let out = s
+        .handle_read(&read(WorkerId(0), 1, T, RowId(0), 100))
+        .unwrap();
     assert_eq!(out.len(), 1);
 }
 
@@ -266,9 +276,12 @@ fn async_reads_never_wait() {
 fn essp_pushes_only_changed_subscribed_rows() {
     let mut s = PsShardCore::new(2, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
     // Worker 0 subscribes rows 1 and 2; worker 1 subscribes row 2.
-    s.read(WorkerId(0), 1, T, RowId(1), 0).unwrap();
-    s.read(WorkerId(0), 2, T, RowId(2), 0).unwrap();
-    s.read(WorkerId(1), 3, T, RowId(2), 0).unwrap();
+    s.handle_read(&read(WorkerId(0), 1, T, RowId(1), 0))
+        .unwrap();
+    s.handle_read(&read(WorkerId(0), 2, T, RowId(2), 0))
+        .unwrap();
+    s.handle_read(&read(WorkerId(1), 3, T, RowId(2), 0))
+        .unwrap();
     s.apply_updates(WorkerId(0), 0, &batch(1, 1, [1.0, 0.0]))
         .unwrap();
     s.apply_updates(WorkerId(1), 0, &batch(1, 3, [1.0, 0.0]))
@@ -308,7 +321,11 @@ fn essp_reply_and_push_in_same_advance_not_duplicated() {
     let mut s = PsShardCore::new(1, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
     s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
         .unwrap();
-    assert!(s.read(WorkerId(0), 1, T, RowId(4), 1).unwrap().is_empty());
+    assert!(
+        s.handle_read(&read(WorkerId(0), 1, T, RowId(4), 1))
+            .unwrap()
+            .is_empty()
+    );
     let out = s.clock(WorkerId(0), 0).unwrap();
     assert_eq!(out.len(), 2);
     assert!(matches!(out[0], ShardAction::Reply { row_clock: 1, .. }));
