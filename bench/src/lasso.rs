@@ -7,7 +7,7 @@
 use crate::common::upper_median;
 use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
-use petrel::train::{StradsTrainError, run_lasso_job};
+use petrel::train::{TrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, ObjectivePoint, SyntheticLasso};
@@ -86,7 +86,7 @@ impl LassoRunArgs {
         &self,
         colocate: bool,
         job: impl Fn(u64) -> LassoSettings,
-    ) -> Result<Vec<LassoMetrics>, StradsTrainError> {
+    ) -> Result<Vec<LassoMetrics>, TrainError> {
         (0..self.repeats.max(1))
             .map(|seed| {
                 let job = job(seed);
@@ -129,7 +129,7 @@ struct Figures {
     plot: String,
 }
 
-pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
+pub fn run(args: LassoBenchArgs) -> Result<(), TrainError> {
     let base = base_job(&args);
     let (design, m) = solve_design("lasso", &base)?;
     let (lambda, optimum) = (design.lambda, design.optimum);
@@ -249,7 +249,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoSettings {
 pub(crate) fn solve_design(
     bench: &'static str,
     base: &LassoSettings,
-) -> Result<(DesignFigures, LassoMetrics), StradsTrainError> {
+) -> Result<(DesignFigures, LassoMetrics), TrainError> {
     let (x, y) = base.load()?;
     let job = LassoSettings {
         gap_tolerance: Some(1e-10),
@@ -273,7 +273,7 @@ fn write_plots(
     out: &Path,
     results: &[(String, Vec<LassoMetrics>)],
     optimum: f64,
-) -> Result<PathBuf, StradsTrainError> {
+) -> Result<PathBuf, TrainError> {
     let series_of = |f: &dyn Fn(&ObjectivePoint) -> f64| {
         results
             .iter()

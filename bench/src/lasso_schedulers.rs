@@ -7,7 +7,7 @@
 use crate::common::upper_median;
 use crate::lasso::{DesignFigures, LassoRunArgs, solve_design};
 use crate::scale::write_plot;
-use petrel::train::StradsTrainError;
+use petrel::train::TrainError;
 use petrel::train::plot::{Series, absolute};
 use petrel_strads::apps::lasso::{LassoSettings, SyntheticLasso};
 use serde::Serialize;
@@ -61,10 +61,10 @@ struct Figures {
     plot: String,
 }
 
-pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
+pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), TrainError> {
     if args.schedulers.is_empty() || args.depths.is_empty() || args.runs.repeats == 0 {
-        return Err(StradsTrainError::Usage(
-            "need at least one scheduler count, one depth and one repeat",
+        return Err(TrainError::Usage(
+            "need at least one scheduler count, one depth and one repeat".into(),
         ));
     }
     let base = LassoSettings {

@@ -7,7 +7,7 @@
 
 use crate::scale::{WorkerCountsArgs, write_plot};
 use petrel::train::plot::{Series, absolute};
-use petrel::train::{StradsTrainError, run_job};
+use petrel::train::{TrainError, run_job};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint};
 use petrel_ps::apps::lda::{PsLdaMetrics, PsLdaSettings};
@@ -114,7 +114,7 @@ pub(crate) fn corpus(
     }
 }
 
-pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
+pub fn run(args: LdaBenchArgs) -> Result<(), TrainError> {
     let out = absolute(&args.out)?;
     let runs = args.runs.run_each(|p| {
         let job = LdaSettings {
@@ -129,7 +129,9 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     let mut table: Vec<_> = (runs.iter())
         .map(|(p, m)| row("rotation".into(), *p, m))
         .collect();
-    let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
+    let (p, last) = runs
+        .last()
+        .ok_or_else(|| TrainError::Usage("no runs".into()))?;
     let ps = if args.no_ps {
         None
     } else {
@@ -181,7 +183,7 @@ fn plot_loglik(
     out: &Path,
     runs: &[(usize, LdaMetrics)],
     ps: Option<&PsLdaMetrics>,
-) -> Result<String, StradsTrainError> {
+) -> Result<String, TrainError> {
     let curve = |points: &[LoglikPoint]| -> Vec<(f64, f64)> {
         let t0 = points.first().map_or(0.0, |p| p.elapsed_s);
         points
@@ -253,7 +255,7 @@ fn run_ps(
     args: &LdaBenchArgs,
     workers: usize,
     out: &std::path::Path,
-) -> Result<PsLdaMetrics, StradsTrainError> {
+) -> Result<PsLdaMetrics, TrainError> {
     let cfg = PsLdaSettings {
         synthetic: corpus(args.topics, args.vocab, args.docs, args.doc_length),
         n_topics: args.topics,
@@ -270,5 +272,5 @@ fn run_ps(
     let transport = args.runs.transport.cluster_transport();
     petrel_ps::run_local::<petrel_ps::PsLda>(cfg, args.ps_shards, workers, transport)
         .map(|o| o.metrics)
-        .map_err(|e| StradsTrainError::ParameterServer(Box::new(e)))
+        .map_err(|e| TrainError::ParameterServer(Box::new(e)))
 }

@@ -5,7 +5,7 @@
 
 use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
-use petrel::train::{NodeMemory, StradsTrainError, run_job};
+use petrel::train::{NodeMemory, TrainError, run_job};
 use petrel_strads::StradsError;
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::kit::StradsSettings;
@@ -96,15 +96,15 @@ pub struct LdaScaleFigures {
 }
 
 /// Runs the bench, prints its table and JSON line.
-pub fn run(args: LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
+pub fn run(args: LdaScaleBenchArgs) -> Result<(), TrainError> {
     crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size and worker count, prints the table and writes the plot.
-pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainError> {
+pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, TrainError> {
     if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
-        return Err(StradsTrainError::Usage(
-            "--doc-length must be positive and every --tokens size at least one document",
+        return Err(TrainError::Usage(
+            "--doc-length must be positive and every --tokens size at least one document".into(),
         ));
     }
     let out = absolute(&args.out)?;
@@ -185,7 +185,7 @@ fn run_one(
     out: &Path,
     tokens: usize,
     workers: usize,
-) -> Result<(LdaScaleRun, serde_json::Value), StradsTrainError> {
+) -> Result<(LdaScaleRun, serde_json::Value), TrainError> {
     let docs = tokens / args.doc_length;
     let job = LdaSettings {
         synthetic: crate::lda::corpus(args.topics, args.vocab, docs, args.doc_length),

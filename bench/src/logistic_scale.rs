@@ -4,7 +4,7 @@
 //! lowers the objective by at most `--optimum-tolerance`.
 
 use crate::scale::{CdRun, CdScale, CdScaleArgs, DesignSize, PetrelRun, Prepared};
-use petrel::train::{StradsTrainError, run_job};
+use petrel::train::{TrainError, run_job};
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ impl CdScale for LogisticScaleBenchArgs {
         &self,
         _size: &DesignSize,
         job: &LassoSettings,
-    ) -> Result<Prepared<(), ()>, StradsTrainError> {
+    ) -> Result<Prepared<(), ()>, TrainError> {
         let (x, labels) = load(job)?;
         // f*: the baseline stops once a sweep gains less than gap_tolerance / 100.
         let optimum = run_baseline(&LassoSettings {
@@ -108,12 +108,12 @@ impl CdScale for LogisticScaleBenchArgs {
         _design: &mut (),
         job: &LassoSettings,
         _last: bool,
-    ) -> Result<(f64, u64), StradsTrainError> {
+    ) -> Result<(f64, u64), TrainError> {
         let m = run_baseline(job)?;
         Ok((m.elapsed_s, m.updates))
     }
 
-    fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, StradsTrainError> {
+    fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, TrainError> {
         let m = run_job::<LogisticApp>(r.job, r.workers, r.transport)?;
         let reached = r
             .job
@@ -132,7 +132,7 @@ impl CdScale for LogisticScaleBenchArgs {
 }
 
 /// Runs the bench, prints its table, plot and JSON line.
-pub fn run(args: LogisticScaleBenchArgs) -> Result<(), StradsTrainError> {
+pub fn run(args: LogisticScaleBenchArgs) -> Result<(), TrainError> {
     crate::scale::print_figures(&crate::scale::measure_cd(&args)?)
 }
 

@@ -5,7 +5,7 @@
 
 use crate::scale::{WorkerCountsArgs, write_plot};
 use petrel::train::plot::{Series, absolute};
-use petrel::train::{StradsTrainError, run_job};
+use petrel::train::{TrainError, run_job};
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use serde::Serialize;
@@ -110,7 +110,7 @@ fn bytes_per_round(m: &MfMetrics) -> (f64, f64) {
     (ring, ring + 2.0 * m.block_bytes as f64)
 }
 
-pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
+pub fn run(args: StradsMfBenchArgs) -> Result<(), TrainError> {
     let out = absolute(&args.out)?;
     let runs = args.runs.run_each(|p| {
         let dims = (args.users, args.items);
@@ -149,7 +149,9 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
         &series,
         true,
     )?;
-    let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
+    let (p, last) = runs
+        .last()
+        .ok_or_else(|| TrainError::Usage("no runs".into()))?;
     let single = runs
         .iter()
         .find(|(p, _)| *p == 1)

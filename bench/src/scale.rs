@@ -8,7 +8,7 @@
 use crate::common::{json_table, median, name_of};
 use petrel::report::print_json;
 use petrel::train::plot::{Series, absolute, line_plot};
-use petrel::train::{NodeMemory, StradsTrainError, TrainTransport};
+use petrel::train::{NodeMemory, TrainError, TrainTransport};
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::LassoSettings;
@@ -42,15 +42,15 @@ pub(crate) fn write_plot(
     y_label: &str,
     series: &[Series],
     log_y: bool,
-) -> Result<String, StradsTrainError> {
+) -> Result<String, TrainError> {
     line_plot(path, title, x_label, y_label, series, log_y)?;
     println!("plot: {}", path.display());
     Ok(path.display().to_string())
 }
 
 /// Prints a STRADS bench's JSON line.
-pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), StradsTrainError> {
-    print_json(figures).map_err(|source| StradsTrainError::Json {
+pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), TrainError> {
+    print_json(figures).map_err(|source| TrainError::Json {
         path: PathBuf::new(),
         source,
     })
@@ -62,11 +62,11 @@ pub(crate) fn grid<S, R>(
     sizes: &[S],
     workers: &[usize],
     keys: &str,
-    mut run: impl FnMut(&S, usize) -> Result<(R, serde_json::Value), StradsTrainError>,
-) -> Result<Vec<Vec<R>>, StradsTrainError> {
+    mut run: impl FnMut(&S, usize) -> Result<(R, serde_json::Value), TrainError>,
+) -> Result<Vec<Vec<R>>, TrainError> {
     if sizes.is_empty() || workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "need at least one size and one worker count",
+        return Err(TrainError::Usage(
+            "need at least one size and one worker count".into(),
         ));
     }
     let (mut rows, mut out) = (Vec::new(), Vec::new());
@@ -112,11 +112,11 @@ impl WorkerCountsArgs {
     /// `run(workers)` for every worker count in order, beside its count.
     pub(crate) fn run_each<M>(
         &self,
-        mut run: impl FnMut(usize) -> Result<M, StradsTrainError>,
-    ) -> Result<Vec<(usize, M)>, StradsTrainError> {
+        mut run: impl FnMut(usize) -> Result<M, TrainError>,
+    ) -> Result<Vec<(usize, M)>, TrainError> {
         if self.workers.is_empty() {
-            return Err(StradsTrainError::Usage(
-                "--workers needs at least one count",
+            return Err(TrainError::Usage(
+                "--workers needs at least one count".into(),
             ));
         }
         self.workers.iter().map(|&p| Ok((p, run(p)?))).collect()
@@ -316,17 +316,17 @@ pub(crate) trait CdScale {
         &self,
         size: &DesignSize,
         job: &LassoSettings,
-    ) -> Result<Prepared<Self::Design, Self::Size>, StradsTrainError>;
+    ) -> Result<Prepared<Self::Design, Self::Size>, TrainError>;
     /// One timed baseline run of `job`: seconds and updates (`last`: the last repeat).
     fn baseline(
         &self,
         design: &mut Self::Design,
         job: &LassoSettings,
         last: bool,
-    ) -> Result<(f64, u64), StradsTrainError>;
+    ) -> Result<(f64, u64), TrainError>;
     /// One STRADS run; the harness sets the workers, wall time, memory, ratios and
     /// `us_per_update` (`rss_mb` stands where the nodes were not processes).
-    fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
+    fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, TrainError>;
     fn top(&self) -> Self::Top;
 }
 
@@ -339,16 +339,18 @@ pub(crate) type FiguresOf<B> =
     CdScaleFigures<<B as CdScale>::Run, <B as CdScale>::Size, <B as CdScale>::Top>;
 
 /// Runs every size, repeat and worker count of `bench`, prints the table and plots.
-pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTrainError> {
+pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, TrainError> {
     let (c, design_sizes, tolerance, out) = bench.args();
     if design_sizes.is_empty() || c.workers.is_empty() || c.repeats == 0 {
-        return Err(StradsTrainError::Usage(
-            "need at least one size, one worker count and one repeat",
+        return Err(TrainError::Usage(
+            "need at least one size, one worker count and one repeat".into(),
         ));
     }
-    let transport = c.transport.cluster().ok_or(StradsTrainError::Usage(
-        "the scale benches compare STRADS runs: --transport memory, quic or processes",
-    ))?;
+    let transport = c.transport.cluster().ok_or_else(|| {
+        TrainError::Usage(
+            "the scale benches compare STRADS runs: --transport memory, quic or processes".into(),
+        )
+    })?;
     let out = absolute(out)?;
     let (mut rows, mut sizes) = (Vec::new(), Vec::new());
     for size in design_sizes {
@@ -404,7 +406,7 @@ fn measure_size<B: CdScale>(
     transport: JobTransport,
     out: &Path,
     rows: &mut Vec<serde_json::Value>,
-) -> Result<CdSize<B::Run, B::Size>, StradsTrainError> {
+) -> Result<CdSize<B::Run, B::Size>, TrainError> {
     let c = bench.args().0;
     let base = bench.job(size);
     base.validate().map_err(StradsError::from)?;

@@ -17,7 +17,7 @@ use petrel_strads::kit::StradsSettings;
 use petrel_strads::{StradsError, StradsJob};
 
 use super::TrainError;
-use super::jobfile::{OutDirError, prepare_out_dir, resolve_job};
+use super::jobfile::{prepare_out_dir, resolve_job};
 
 /// The most `--workers` of a job: each is a node (a thread or a process on this host).
 const MAX_WORKERS: usize = 1024;
@@ -77,11 +77,11 @@ pub fn prepare_job<A: TrainApp>(
     }
     let out = A::out(&mut job)
         .clone()
-        .ok_or(OutDirError::Missing(A::SECTION))?;
+        .ok_or(TrainError::OutDirMissing(A::SECTION))?;
     *A::out(&mut job) = Some(prepare_out_dir(&out)?);
     for input in A::inputs(&mut job) {
         if let Some(p) = input.as_mut() {
-            *p = std::fs::canonicalize(&*p).map_err(super::StradsTrainError::io(p))?;
+            *p = std::fs::canonicalize(&*p).map_err(TrainError::io(p))?;
         }
     }
     A::check_data(&job, workers)?;
@@ -305,9 +305,8 @@ pub trait StradsTrainApp:
     fn run_in_thread(job: &Self::Job, workers: usize) -> Result<Self::Metrics, TrainError> {
         let mut job = job.clone();
         let out = Self::out(&mut job).clone().unwrap_or_default();
-        petrel_strads::kit::run_serial_and_finish::<Self>(&job, workers)
-            .map_err(super::StradsTrainError::from)?;
-        Ok(super::read_json(&out.join("metrics.json"))?)
+        petrel_strads::kit::run_serial_and_finish::<Self>(&job, workers)?;
+        super::read_json(&out.join("metrics.json"))
     }
     /// The line printed when the run ends (`out`: the output directory).
     fn summary(job: &Self::Job, m: &Self::Metrics, out: &str) -> String;
@@ -325,10 +324,9 @@ impl StradsTrainApp for LassoApp {
     fn check_run(job: &LassoSettings, transport: Option<JobTransport>) -> Result<(), TrainError> {
         let wants_checkpoints = job.checkpoint_dir.is_some() || job.resume;
         if transport.is_none() && (job.schedulers > 1 || wants_checkpoints) {
-            return Err(super::StradsTrainError::Usage(
-                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
-            )
-            .into());
+            return Err(TrainError::Usage(
+                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply".into(),
+            ));
         }
         if job.schedulers > 1 && wants_checkpoints {
             return Err(StradsError::from(MultiSchedulerError::CheckpointUnsupported).into());
@@ -345,9 +343,7 @@ impl StradsTrainApp for LassoApp {
         }
     }
     fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LassoMetrics, TrainError> {
-        Ok(petrel_strads::apps::lasso::baseline::run_baseline(job)
-            .map_err(super::StradsTrainError::from)?
-            .metrics)
+        Ok(petrel_strads::apps::lasso::baseline::run_baseline(job)?.metrics)
     }
     fn summary(job: &LassoSettings, m: &LassoMetrics, out: &str) -> String {
         format!(
@@ -372,8 +368,7 @@ impl StradsTrainApp for LogisticApp {
         <LassoApp as StradsTrainApp>::next_attempt(job, attempt);
     }
     fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LogisticMetrics, TrainError> {
-        Ok(petrel_strads::apps::logistic::run_baseline(job)
-            .map_err(super::StradsTrainError::from)?)
+        Ok(petrel_strads::apps::logistic::run_baseline(job)?)
     }
     fn summary(job: &LassoSettings, m: &LogisticMetrics, out: &str) -> String {
         let loss = job.loss.filter(|&l| l != ClassifierLoss::Logistic);

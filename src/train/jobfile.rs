@@ -8,48 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-/// Why a job's settings could not be assembled.
-#[derive(Debug, thiserror::Error)]
-pub enum JobFileError {
-    /// The file or the environment did not parse.
-    #[error("{origin}: {source}")]
-    Parse {
-        origin: String,
-        #[source]
-        source: Box<config::ConfigError>,
-    },
-    /// The file's top level has a table that no job reads.
-    #[error(
-        "{}: unknown table [{key}]; a job file holds [app.{section}] (and may hold [cluster], [[nodes]] and [net] for `petrel run`)",
-        file.display()
-    )]
-    UnknownTable {
-        file: PathBuf,
-        key: String,
-        section: &'static str,
-    },
-    /// The file configures another app.
-    #[error("{}: [app.{found}] is not read by this app; it reads [app.{section}]", file.display())]
-    OtherApp {
-        file: PathBuf,
-        found: String,
-        section: &'static str,
-    },
-    /// The merged section does not fit the app's settings.
-    #[error("[app.{section}]{origin}: {source}")]
-    Section {
-        section: &'static str,
-        origin: String,
-        #[source]
-        source: Box<toml::de::Error>,
-    },
-    /// The flags could not be represented as settings (a bug, not a user error).
-    #[error("encoding the flags: {0}")]
-    Flags(#[source] serde_json::Error),
-    /// The merged settings could not be represented as TOML (a bug, not a user error).
-    #[error("encoding the settings: {0}")]
-    Encode(#[source] toml::ser::Error),
-}
+use super::TrainError;
 
 /// The top-level tables a job file may hold.
 const TOP_LEVEL: [&str; 4] = ["app", "cluster", "nodes", "net"];
@@ -61,7 +20,7 @@ pub fn resolve_job<C>(
     file: Option<&Path>,
     flags: &C,
     given: &BTreeSet<String>,
-) -> Result<C, JobFileError>
+) -> Result<C, TrainError>
 where
     C: Serialize + DeserializeOwned,
 {
@@ -69,7 +28,7 @@ where
         .map(|f| format!(" ({})", f.display()))
         .unwrap_or_default();
     let mut job = file_and_env_section(section, file)?;
-    let flags = serde_json::to_value(flags).map_err(JobFileError::Flags)?;
+    let flags = serde_json::to_value(flags).map_err(TrainError::Flags)?;
     for id in given {
         // A null is a setting the flag does not fill (`--out` of the STRADS apps).
         if let Some((path, value)) = flag_value(&flags, id).filter(|(_, v)| !v.is_null()) {
@@ -77,8 +36,8 @@ where
         }
     }
     // Decoded through TOML, whose errors name the key of a value of the wrong type.
-    let table = toml::Value::try_from(Value::Object(job)).map_err(JobFileError::Encode)?;
-    table.try_into().map_err(|source| JobFileError::Section {
+    let table = toml::Value::try_from(Value::Object(job)).map_err(TrainError::Encode)?;
+    table.try_into().map_err(|source| TrainError::Section {
         section,
         origin,
         source: Box::new(source),
@@ -89,9 +48,9 @@ where
 fn file_and_env_section(
     section: &'static str,
     file: Option<&Path>,
-) -> Result<Map<String, Value>, JobFileError> {
+) -> Result<Map<String, Value>, TrainError> {
     let parse = |origin: String| {
-        move |source| JobFileError::Parse {
+        move |source| TrainError::Parse {
             origin,
             source: Box::new(source),
         }
@@ -123,12 +82,12 @@ fn file_and_env_section(
     })
 }
 
-fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<(), JobFileError> {
+fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<(), TrainError> {
     let Some(top) = tables.as_object() else {
         return Ok(());
     };
     if let Some(key) = top.keys().find(|k| !TOP_LEVEL.contains(&k.as_str())) {
-        return Err(JobFileError::UnknownTable {
+        return Err(TrainError::UnknownTable {
             file: file.to_path_buf(),
             key: key.clone(),
             section,
@@ -137,7 +96,7 @@ fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<()
     if let Some(apps) = top.get("app").and_then(Value::as_object)
         && let Some(other) = apps.keys().find(|k| k.as_str() != section)
     {
-        return Err(JobFileError::OtherApp {
+        return Err(TrainError::OtherApp {
             file: file.to_path_buf(),
             found: other.clone(),
             section,
@@ -191,24 +150,9 @@ fn set_path(map: &mut Map<String, Value>, path: &[String], value: Value) {
     }
 }
 
-/// Why the output directory cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum OutDirError {
-    /// Neither `--out` nor `out` in the job file.
-    #[error("no output directory: give --out DIR (or `out` in [app.{0}])")]
-    Missing(&'static str),
-    /// It could not be created, resolved or written to.
-    #[error("output directory {}: {source}", path.display())]
-    Unusable {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
 /// Creates `dir`, proves it writable and returns it absolute, before any node starts.
-pub fn prepare_out_dir(dir: &Path) -> Result<PathBuf, OutDirError> {
-    let unusable = |source| OutDirError::Unusable {
+pub fn prepare_out_dir(dir: &Path) -> Result<PathBuf, TrainError> {
+    let unusable = |source| TrainError::OutDirUnusable {
         path: dir.to_path_buf(),
         source,
     };

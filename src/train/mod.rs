@@ -4,6 +4,7 @@
 //! processes) or, with `--transport none`, in this thread.
 
 pub mod apps;
+mod error;
 pub mod jobfile;
 pub mod p3;
 #[cfg(feature = "plot")]
@@ -12,7 +13,7 @@ pub mod progress;
 pub mod saved;
 
 use crate::launcher::{LaunchMode, NodePeak};
-use petrel_actors::{JobTransport, NodeError, Settings, Topology};
+use petrel_actors::{JobTransport, Settings, Topology};
 use petrel_ml::job::InvalidSetting;
 use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings, multi};
@@ -21,100 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub use apps::{TrainApp, prepare_job};
-
-/// Why a STRADS job (or benchmark) run from the command line failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StradsTrainError {
-    /// The job itself failed.
-    #[error(transparent)]
-    Strads(#[from] StradsError),
-    /// The cluster failed.
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    /// The multi-process launcher failed.
-    #[error(transparent)]
-    Launch(#[from] crate::launcher::LaunchError),
-    /// A file or directory could not be read or created.
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A JSON file (the metrics) could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Json {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The job failed more often than `--max-restarts` allows.
-    #[error(transparent)]
-    Restarts(#[from] Box<crate::recovery::RecoveryError<StradsTrainError>>),
-    /// The job has no output directory.
-    #[error("the job needs an output directory")]
-    NoOutputDir,
-    /// A job needs at least one worker.
-    #[error("need at least one worker")]
-    NoWorkers,
-    /// A benchmark's arguments leave nothing to run.
-    #[error("{0}")]
-    Usage(&'static str),
-    /// A plot could not be drawn.
-    #[error("{}: {reason}", path.display())]
-    Plot { path: PathBuf, reason: String },
-    /// A parameter-server run (the LDA benchmark's comparison) failed.
-    #[error("parameter server: {0}")]
-    ParameterServer(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
-}
-
-/// Why `petrel train` refused a job or a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    /// The job file, the environment or a flag did not give valid settings.
-    #[error(transparent)]
-    Job(#[from] jobfile::JobFileError),
-    /// A setting's value cannot be right.
-    #[error("{app}: invalid setting {source}")]
-    Setting {
-        app: &'static str,
-        #[source]
-        source: petrel_ml::job::InvalidSetting,
-    },
-    /// The output directory cannot be used.
-    #[error(transparent)]
-    OutDir(#[from] jobfile::OutDirError),
-    /// The data does not fit the app.
-    #[error("{app}: {source}")]
-    Data {
-        app: &'static str,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
-    },
-    /// More workers than units of data to split.
-    #[error("{app}: {workers} workers but only {count} {what}; use --workers {count} or fewer")]
-    TooManyWorkers {
-        app: &'static str,
-        workers: usize,
-        count: usize,
-        what: &'static str,
-    },
-    /// A STRADS run failed.
-    #[error(transparent)]
-    Strads(#[from] StradsTrainError),
-    /// A parameter-server run failed.
-    #[error(transparent)]
-    Ps(#[from] petrel_ps::PsError),
-    /// A parameter-server job failed more often than `--max-restarts` allows.
-    #[error(transparent)]
-    PsRestarts(#[from] Box<crate::recovery::RecoveryError<TrainError>>),
-}
-
-impl From<StradsError> for TrainError {
-    fn from(e: StradsError) -> Self {
-        TrainError::Strads(e.into())
-    }
-}
+pub use error::TrainError;
 
 /// How `petrel train` runs a STRADS job: no cluster, or nodes as threads or processes.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -210,13 +118,13 @@ pub struct StradsTrainArgs<J: clap::Args> {
 }
 
 /// `path`, created, as an absolute path (child processes run elsewhere).
-fn absolute_dir(p: &Path) -> Result<PathBuf, StradsTrainError> {
-    std::fs::create_dir_all(p).map_err(StradsTrainError::io(p))?;
-    std::fs::canonicalize(p).map_err(StradsTrainError::io(p))
+fn absolute_dir(p: &Path) -> Result<PathBuf, TrainError> {
+    std::fs::create_dir_all(p).map_err(TrainError::io(p))?;
+    std::fs::canonicalize(p).map_err(TrainError::io(p))
 }
 
 /// `job` as an `[app.*]` section: its JSON form without `null`s (TOML has none).
-fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, StradsTrainError> {
+fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, TrainError> {
     fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
         match v {
             serde_json::Value::Object(map) => serde_json::Value::Object(
@@ -228,7 +136,7 @@ fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, Stra
             other => other,
         }
     }
-    let json = serde_json::to_value(job).map_err(StradsTrainError::json(Path::new("")))?;
+    let json = serde_json::to_value(job).map_err(TrainError::json(Path::new("")))?;
     Ok(strip_nulls(json))
 }
 
@@ -240,13 +148,13 @@ pub fn star_settings_with<J>(
     workers: usize,
     transport: JobTransport,
     timeout_s: u64,
-) -> Result<Settings, StradsTrainError>
+) -> Result<Settings, TrainError>
 where
     J: StradsJob,
     J::Config: serde::Serialize,
 {
     if workers == 0 {
-        return Err(StradsTrainError::NoWorkers);
+        return Err(TrainError::NoWorkers);
     }
     let mut topo = Topology::builder(&format!("strads-{}", J::SECTION))
         .transport(transport.cluster_transport());
@@ -330,7 +238,7 @@ pub fn run_cluster(
     settings: Settings,
     transport: JobTransport,
     run_dir: &Path,
-) -> Result<(), StradsTrainError> {
+) -> Result<(), TrainError> {
     let cluster = crate::roles::builtin(settings);
     if transport != JobTransport::Processes {
         return Ok(cluster.run_in_process()?);
@@ -340,8 +248,8 @@ pub fn run_cluster(
     let launched = crate::launcher::launch_with(&cluster, LaunchMode::Processes, opts)?;
     let peaks = launched.report.map(|r| r.peaks).unwrap_or_default();
     let path = run_dir.join(NODE_MEMORY_FILE);
-    let json = serde_json::to_vec_pretty(&peaks).map_err(StradsTrainError::json(&path))?;
-    std::fs::write(&path, json).map_err(StradsTrainError::io(&path))
+    let json = serde_json::to_vec_pretty(&peaks).map_err(TrainError::json(&path))?;
+    std::fs::write(&path, json).map_err(TrainError::io(&path))
 }
 
 /// A Lasso job's scheduler nodes: `scheduler` (all when `colocate`), `scheduler-<s>`.
@@ -362,7 +270,7 @@ pub fn lasso_settings(
     workers: usize,
     transport: JobTransport,
     colocate: bool,
-) -> Result<Settings, StradsTrainError> {
+) -> Result<Settings, TrainError> {
     star_settings_with::<LassoApp>(
         job,
         &lasso_scheduler_nodes(job.schedulers, colocate),
@@ -378,13 +286,11 @@ fn run_star_job<A: apps::StradsTrainApp>(
     scheduler_nodes: &[(String, Vec<String>)],
     workers: usize,
     transport: JobTransport,
-) -> Result<A::Metrics, StradsTrainError>
+) -> Result<A::Metrics, TrainError>
 where
     A::Job: serde::Serialize,
 {
-    let out = A::out(&mut job)
-        .clone()
-        .ok_or(StradsTrainError::NoOutputDir)?;
+    let out = A::out(&mut job).clone().ok_or(TrainError::NoOutputDir)?;
     let timeout_s = A::timeout_s(&job);
     let settings = star_settings_with::<A>(&job, scheduler_nodes, workers, transport, timeout_s)?;
     run_cluster(settings, transport, &out.join("run"))?;
@@ -397,7 +303,7 @@ pub fn run_lasso_job(
     workers: usize,
     transport: JobTransport,
     colocate: bool,
-) -> Result<LassoMetrics, StradsTrainError> {
+) -> Result<LassoMetrics, TrainError> {
     let nodes = lasso_scheduler_nodes(job.schedulers, colocate);
     run_star_job::<LassoApp>(job.clone(), &nodes, workers, transport)
 }
@@ -407,7 +313,7 @@ pub fn run_job<A: apps::StradsTrainApp>(
     job: &A::Config,
     workers: usize,
     transport: JobTransport,
-) -> Result<A::Metrics, StradsTrainError>
+) -> Result<A::Metrics, TrainError>
 where
     A::Config: serde::Serialize,
 {
@@ -420,7 +326,7 @@ where
 }
 
 /// Why a finished run stopped, from its `metrics.json`, and its held-out figures.
-pub fn stop_line(out: Option<&Path>) -> Result<String, StradsTrainError> {
+pub fn stop_line(out: Option<&Path>) -> Result<String, TrainError> {
     let Some(dir) = out else {
         return Ok(String::new());
     };
@@ -450,9 +356,9 @@ pub fn stop_line(out: Option<&Path>) -> Result<String, StradsTrainError> {
 }
 
 /// Reads a JSON file (the metrics a job wrote).
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StradsTrainError> {
-    let bytes = std::fs::read(path).map_err(StradsTrainError::io(path))?;
-    serde_json::from_slice(&bytes).map_err(StradsTrainError::json(path))
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TrainError> {
+    let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
+    serde_json::from_slice(&bytes).map_err(TrainError::json(path))
 }
 
 /// The settings of `petrel train lasso|logistic` ([`prepare_job`]), with `--no-filter`.
@@ -474,11 +380,10 @@ fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
 
 /// `job` as a job file: `[app.<section>]` with every value.
 pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
-    let encode = |e| TrainError::Job(jobfile::JobFileError::Encode(e));
-    let value = toml::Value::try_from(section_value(job)?).map_err(encode)?;
+    let value = toml::Value::try_from(section_value(job)?).map_err(TrainError::Encode)?;
     let app = toml::Table::from_iter([(section.to_string(), value)]);
     let top = toml::Table::from_iter([("app".to_string(), toml::Value::Table(app))]);
-    toml::to_string(&top).map_err(encode)
+    toml::to_string(&top).map_err(TrainError::Encode)
 }
 
 /// With `--print-job`, prints the job and says so (the caller then stops).
@@ -549,13 +454,13 @@ fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option
 }
 
 /// The `index:value` pairs of a LIBSVM file, counted up to just past `limit`.
-fn libsvm_nonzeros(path: &Path, limit: u64) -> Result<u64, StradsTrainError> {
+fn libsvm_nonzeros(path: &Path, limit: u64) -> Result<u64, TrainError> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(StradsTrainError::io(path))?;
+    let mut file = std::fs::File::open(path).map_err(TrainError::io(path))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut pairs = 0u64;
     while pairs <= limit {
-        let n = file.read(&mut buf).map_err(StradsTrainError::io(path))?;
+        let n = file.read(&mut buf).map_err(TrainError::io(path))?;
         if n == 0 {
             break;
         }
@@ -564,43 +469,16 @@ fn libsvm_nonzeros(path: &Path, limit: u64) -> Result<u64, StradsTrainError> {
     Ok(pairs)
 }
 
-impl StradsTrainError {
-    /// An I/O error on `path`, for `map_err`.
-    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
-        move |source| StradsTrainError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-
-    /// A JSON error of file `path` (empty: no file), for `map_err`.
-    pub fn json(path: &Path) -> impl FnOnce(serde_json::Error) -> Self + '_ {
-        move |source| StradsTrainError::Json {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-
-    /// True when a node died (or the fault-injection hook fired): only then can a restart help.
-    pub fn is_node_death(&self) -> bool {
-        match self {
-            StradsTrainError::Node(NodeError::PeerFailed { .. }) => true,
-            StradsTrainError::Launch(e) => crate::recovery::launch_failed_by_node_death(e),
-            other => petrel_actors::error_chain(other).contains("fault injection"),
-        }
-    }
-}
-
 /// A job's checkpoint directory: its own, else `<out>/checkpoints` (cleared by a fresh run).
 fn default_checkpoint_dir(
     dir: &mut Option<PathBuf>,
     resume: bool,
     out: &Path,
-) -> Result<Option<PathBuf>, StradsTrainError> {
+) -> Result<Option<PathBuf>, TrainError> {
     if dir.is_none() {
         let default = absolute_dir(out)?.join("checkpoints");
         if !resume && default.exists() {
-            std::fs::remove_dir_all(&default).map_err(StradsTrainError::io(&default))?;
+            std::fs::remove_dir_all(&default).map_err(TrainError::io(&default))?;
         }
         *dir = Some(default);
     }
@@ -650,12 +528,12 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
             crate::recovery::restart_job(
                 A::NAME,
                 c.max_restarts,
-                StradsTrainError::is_node_death,
+                TrainError::is_node_death,
                 || {
                     let scheme = petrel_strads::core::checkpoint::SCHEME;
                     crate::recovery::round_resume_point(checkpoints.as_deref()?, scheme)
                 },
-                |spent| StradsTrainError::Restarts(Box::new(spent)),
+                |spent| TrainError::Restarts(Box::new(spent)),
                 |resume, attempt| {
                     let mut job = job.clone();
                     if let Some((_, resumes)) = A::checkpoints(&mut job) {
@@ -720,7 +598,7 @@ where
     let summary = crate::recovery::restart_job(
         name,
         args.max_restarts,
-        ps_failed_by_node_death,
+        TrainError::is_node_death,
         || {
             let set = petrel_ps::checkpoint::job_set(checkpoints.as_deref()?);
             let (shards, workers) = (args.shards, args.workers);
@@ -728,7 +606,7 @@ where
                 petrel_ps::checkpoint::fits_layout(ck, name, shards, workers)
             })
         },
-        |spent| TrainError::PsRestarts(Box::new(spent)),
+        |spent| TrainError::Restarts(Box::new(spent)),
         |resume, _| {
             let mut args = args.clone();
             if let Some(files) = <A as TrainApp>::ps_checkpoints(&mut args.config) {
@@ -743,15 +621,6 @@ where
     drop(progress);
     println!("{summary}\n{}", stop_line(out.as_deref())?);
     Ok(())
-}
-
-/// True when a PS run failed because a node died: only then can a restart help.
-fn ps_failed_by_node_death(e: &TrainError) -> bool {
-    match e {
-        TrainError::Strads(s) => s.is_node_death(),
-        TrainError::Ps(petrel_ps::PsError::Node(NodeError::PeerFailed { .. })) => true,
-        _ => false,
-    }
 }
 
 /// Runs a PS app as node processes (run files in `<out>/run`); returns the summary line.
@@ -779,8 +648,7 @@ where
             s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
         }
     })
-    .build()
-    .map_err(StradsTrainError::from)?;
+    .build()?;
     run_cluster(
         settings,
         JobTransport::Processes,

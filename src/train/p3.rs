@@ -3,88 +3,14 @@
 
 pub mod processes;
 
-use crate::netns::NetnsError;
 use crate::report::{Table, fmt, print_json};
-use petrel_actors::NodeError;
-use petrel_net::tls::TlsError;
+use crate::train::TrainError;
 use petrel_net::{NetConfig, ShaperConfig};
+use petrel_p3::Mode;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
-use petrel_p3::{Mode, P3Error, PlanError, ProfileError};
 use processes::run_job;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Why a P3 job on node processes (`petrel train p3`, `petrel bench p3`) failed.
-#[derive(Debug, thiserror::Error)]
-pub enum P3JobError {
-    /// A flag out of its range.
-    #[error("invalid arguments: {0}")]
-    Args(String),
-    /// A setting of the job out of its range, named as in `[app.p3]`.
-    #[error("[app.p3] {0}")]
-    Setting(#[source] petrel_ml::job::InvalidSetting),
-    /// `--netns` on a machine without network namespaces (or without root).
-    #[error("--netns needs network namespaces")]
-    NetnsUnavailable(#[source] NetnsError),
-    /// The namespaces could not be created.
-    #[error("cannot create network namespaces")]
-    Namespaces(#[source] NetnsError),
-    /// The P3 job failed.
-    #[error(transparent)]
-    P3(#[from] P3Error),
-    /// The model profile could not be read.
-    #[error(transparent)]
-    Profile(#[from] ProfileError),
-    /// The automatic slice size failed.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// The cluster settings could not be built or written.
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    /// The cluster's certificates could not be made.
-    #[error("certificates")]
-    Tls(#[from] TlsError),
-    /// A file or directory of a `--netns` run.
-    #[error("{}", .path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The node processes failed, or ran past their time limit.
-    #[error(transparent)]
-    Launch(#[from] crate::launcher::LaunchError),
-    /// A worker reported no measured iteration.
-    #[error("no measured iterations")]
-    NoMeasuredIterations,
-    /// The sweep produced no point.
-    #[error("no bandwidth point")]
-    NoBandwidthPoint,
-    /// The JSON figures could not be printed.
-    #[error("JSON output")]
-    Json(#[from] serde_json::Error),
-    /// A training job failed more often than `--max-restarts` allows.
-    #[error(transparent)]
-    Restarts(Box<crate::recovery::RecoveryError<P3JobError>>),
-}
-
-impl P3JobError {
-    /// True when a node process died: only then can a restart help.
-    pub fn is_node_death(&self) -> bool {
-        match self {
-            P3JobError::Launch(e) => crate::recovery::launch_failed_by_node_death(e),
-            _ => false,
-        }
-    }
-
-    /// An I/O error on `path`, for `map_err`.
-    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
-        move |source| P3JobError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-}
 
 /// Flags shared by `train p3` and `bench p3-real`.
 #[derive(clap::Args, Debug, Clone)]
@@ -167,11 +93,11 @@ pub fn run_processes(
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
-) -> Result<Vec<WorkerReportFile>, P3JobError> {
+) -> Result<Vec<WorkerReportFile>, TrainError> {
     let hosts = crate::launcher::default_netns()
         .map(|prefix| crate::netns::Hosts::existing(&prefix, cfg.workers + cfg.shards))
         .transpose()
-        .map_err(P3JobError::NetnsUnavailable)?;
+        .map_err(TrainError::NetnsUnavailable)?;
     let (reports, _cpu) = run_job(hosts.as_ref(), cfg, net, dir, limit)?;
     Ok(reports)
 }
@@ -212,15 +138,15 @@ pub struct P3TrainArgs {
 /// A job's run directory: the one given, made absolute, else a temporary one (the guard).
 pub fn job_run_dir(
     given: Option<&Path>,
-) -> Result<(PathBuf, Option<tempfile::TempDir>), P3JobError> {
+) -> Result<(PathBuf, Option<tempfile::TempDir>), TrainError> {
     match given {
-        Some(dir) => Ok((std::path::absolute(dir).map_err(P3JobError::io(dir))?, None)),
+        Some(dir) => Ok((std::path::absolute(dir).map_err(TrainError::io(dir))?, None)),
         None => {
             let temp = tempfile::Builder::new()
                 .prefix("petrel-run-p3-")
                 .tempdir()
-                .map_err(P3JobError::io(&std::env::temp_dir()))?;
-            crate::leftovers::mark_run_dir(temp.path()).map_err(P3JobError::io(temp.path()))?;
+                .map_err(TrainError::io(&std::env::temp_dir()))?;
+            crate::leftovers::mark_run_dir(temp.path()).map_err(TrainError::io(temp.path()))?;
             Ok((temp.path().to_path_buf(), Some(temp)))
         }
     }
@@ -234,13 +160,13 @@ fn default_checkpoint_dir(out: &Path) -> PathBuf {
 }
 
 /// `petrel train p3`: trains, prints per-epoch and test figures, and saves the model.
-pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
+pub fn train(args: P3TrainArgs) -> Result<(), TrainError> {
     check_out(&args.out)?;
     // The flags' ranges first (the iteration count is unknown until the data is read).
     args.job
         .node_config(&args.net, args.mode, 1, Path::new(""))
         .validate()
-        .map_err(P3JobError::Setting)?;
+        .map_err(TrainError::P3Setting)?;
     let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     let probe = P3Settings {
         net: args.net.clone(),
@@ -286,9 +212,9 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
     let reports = crate::recovery::restart_job(
         "p3",
         args.max_restarts,
-        P3JobError::is_node_death,
+        TrainError::is_node_death,
         || crate::recovery::round_resume_point(&ckpt_dir, petrel_p3::checkpoint::SCHEME),
-        |spent| P3JobError::Restarts(Box::new(spent)),
+        |spent| TrainError::Restarts(Box::new(spent)),
         |resume, _| {
             let cfg = P3Settings {
                 resume: resume || args.resume,
@@ -298,7 +224,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
         },
     )?;
     let wall = t0.elapsed().as_secs_f64();
-    let r0 = reports.first().ok_or(P3JobError::NoMeasuredIterations)?;
+    let r0 = reports.first().ok_or(TrainError::NoMeasuredIterations)?;
     let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);
     for (e, chunk) in r0.stats.chunks(per_epoch as usize).enumerate() {
         let s: Vec<_> = chunk.iter().flatten().collect();
@@ -329,17 +255,18 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
         "wall_s": wall,
         "test_accuracy": test.map(|t| t.accuracy),
         "model": out,
-    }))?;
+    }))
+    .map_err(TrainError::JsonOutput)?;
     Ok(())
 }
 
 /// Refuses an `--out` named `.json`: tools pick a reader by the extension.
-fn check_out(out: &Path) -> Result<(), P3JobError> {
+fn check_out(out: &Path) -> Result<(), TrainError> {
     let json = out
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if json {
-        return Err(P3JobError::Args(format!(
+        return Err(TrainError::Args(format!(
             "--out {}: train p3 writes safetensors; name the file .safetensors (models saved \
              as JSON by earlier versions still load in `petrel eval p3` and `petrel predict p3`)",
             out.display()
@@ -349,7 +276,7 @@ fn check_out(out: &Path) -> Result<(), P3JobError> {
 }
 
 /// Copies the staged model to `out` atomically (maybe across file systems).
-fn publish_model(staged: &Path, out: &Path) -> Result<(), P3JobError> {
-    let bytes = std::fs::read(staged).map_err(P3JobError::io(staged))?;
-    petrel_ml::job::write_atomic(out, &bytes).map_err(P3JobError::io(out))
+fn publish_model(staged: &Path, out: &Path) -> Result<(), TrainError> {
+    let bytes = std::fs::read(staged).map_err(TrainError::io(staged))?;
+    petrel_ml::job::write_atomic(out, &bytes).map_err(TrainError::io(out))
 }

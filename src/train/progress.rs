@@ -387,7 +387,7 @@ const PLOTTED: [&str; 6] = [
 pub fn plot_history(
     out: &std::path::Path,
     svg: &std::path::Path,
-) -> Result<Vec<String>, super::StradsTrainError> {
+) -> Result<Vec<String>, super::TrainError> {
     let m: petrel_ml::job::RunMetrics = super::read_json(&out.join("metrics.json"))?;
     let series: Vec<crate::train::plot::Series> = PLOTTED
         .iter()
@@ -404,8 +404,8 @@ pub fn plot_history(
         })
         .collect();
     if series.is_empty() {
-        return Err(super::StradsTrainError::Usage(
-            "--plot: the run's history has no figure to draw",
+        return Err(super::TrainError::Usage(
+            "--plot: the run's history has no figure to draw".into(),
         ));
     }
     crate::train::plot::line_plot(

@@ -4,10 +4,11 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use petrel_ml::data::{DataError, load_bow, load_labelled_ratings, load_libsvm};
+use super::TrainError;
+use petrel_ml::data::{load_bow, load_labelled_ratings, load_libsvm};
 use petrel_ml::model::{
-    Figures, MODEL_FILE, ModelDataError, ModelFileError, ModelParams, NetworkModel, SavedModel,
-    Unseen, require_some, unseen_features,
+    Figures, MODEL_FILE, ModelFileError, ModelParams, NetworkModel, SavedModel, Unseen,
+    require_some, unseen_features,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -97,35 +98,8 @@ pub struct PredictArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Why `petrel eval` or `petrel predict` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SavedModelError {
-    /// The model file cannot be used.
-    #[error(transparent)]
-    Model(#[from] ModelFileError),
-    /// The data file cannot be read.
-    #[error(transparent)]
-    Data(#[from] DataError),
-    /// The data does not fit the model.
-    #[error(transparent)]
-    Fit(#[from] ModelDataError),
-    /// An output could not be written.
-    #[error("{}: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The flags do not fit the app.
-    #[error("{0}")]
-    Usage(String),
-    /// A P3 network or its data cannot be used.
-    #[error(transparent)]
-    Network(#[from] petrel_p3::P3Error),
-}
-
 /// Loads the model and checks its parameters are of the app's kind.
-fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
+fn load_model(args: &ModelArgs) -> Result<SavedModel, TrainError> {
     let model = match args.app {
         // Safetensors, or the JSON of earlier versions.
         ModelApp::P3 => petrel_p3::model_file::read(&args.model)?,
@@ -165,7 +139,7 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
 }
 
 /// Test loss and accuracy of a P3 network on `data`.
-fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModelError> {
+fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, TrainError> {
     let examples = network_data(m, data)?;
     let s = petrel_p3::roles::evaluate_network(m, &examples)?;
     Ok(vec![
@@ -179,7 +153,7 @@ fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModel
 fn network_data(
     m: &NetworkModel,
     data: &Path,
-) -> Result<petrel_ml::dnn::data::Dataset, SavedModelError> {
+) -> Result<petrel_ml::dnn::data::Dataset, TrainError> {
     let text = data.to_string_lossy();
     let spec = if text.starts_with("cifar:") || text.starts_with("idx:") {
         text.into_owned()
@@ -189,7 +163,7 @@ fn network_data(
     let spec = petrel_p3::roles::DataSpec::parse("--data", &spec)?;
     let (examples, _) = petrel_p3::roles::load_data(&spec, None, 0)?;
     if examples.x.shape()[1..] != m.input[..] {
-        return Err(SavedModelError::Usage(format!(
+        return Err(TrainError::Usage(format!(
             "{}: examples of shape {:?}, the model takes {:?}",
             data.display(),
             &examples.x.shape()[1..],
@@ -200,7 +174,7 @@ fn network_data(
 }
 
 /// `petrel eval`: prints the figures (a line, then a JSON line), and writes `--out`.
-pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
+pub fn eval_command(args: EvalArgs) -> Result<(), TrainError> {
     let model = load_model(&args.model)?;
     let mut unseen = Unseen::default();
     let figures = match &model.params {
@@ -233,9 +207,9 @@ pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
     to_stdout(format!("{line}{json}\n").as_bytes())?;
     if let Some(path) = &args.out {
         let mut bytes = serde_json::to_vec_pretty(&json)
-            .map_err(|e| SavedModelError::Usage(format!("encoding the figures: {e}")))?;
+            .map_err(|e| TrainError::Usage(format!("encoding the figures: {e}")))?;
         bytes.push(b'\n');
-        petrel_ml::job::write_atomic(path, &bytes).map_err(written(path))?;
+        petrel_ml::job::write_atomic(path, &bytes).map_err(TrainError::io(path))?;
     }
     Ok(())
 }
@@ -255,18 +229,18 @@ pub fn short_figure(v: f64) -> String {
 }
 
 /// `petrel predict`: the predictions as TSV with a header.
-pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
+pub fn predict_command(args: PredictArgs) -> Result<(), TrainError> {
     let model = load_model(&args.model)?;
     let need_data = || {
         args.data.clone().ok_or_else(|| {
-            SavedModelError::Usage(format!(
+            TrainError::Usage(format!(
                 "petrel predict {} needs --data FILE",
                 args.model.app.name()
             ))
         })
     };
     if args.recommend.is_some() && !matches!(model.params, ModelParams::Factors(_)) {
-        return Err(SavedModelError::Usage(
+        return Err(TrainError::Usage(
             "--recommend applies to strads-mf and ps-mf models".into(),
         ));
     }
@@ -380,7 +354,7 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
     }
     match &args.out {
         Some(path) => {
-            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(written(path))?;
+            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(TrainError::io(path))?;
             println!("wrote {}", path.display());
         }
         None => to_stdout(out.as_bytes())?,
@@ -405,18 +379,12 @@ fn tsv_line(out: &mut String, first: impl std::fmt::Display, more: impl Iterator
     out.push('\n');
 }
 
-/// A failed write of `path` (`-`: standard output), for `map_err`.
-fn written(path: &Path) -> impl FnOnce(std::io::Error) -> SavedModelError + '_ {
-    move |source| SavedModelError::Write {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// Writes to standard output; a reader that stopped early (`| head`) is not an error.
-fn to_stdout(bytes: &[u8]) -> Result<(), SavedModelError> {
+fn to_stdout(bytes: &[u8]) -> Result<(), TrainError> {
     match std::io::stdout().lock().write_all(bytes) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(written(Path::new("-"))(e)),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(TrainError::io(Path::new("-"))(e))
+        }
         _ => Ok(()),
     }
 }
