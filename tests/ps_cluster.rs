@@ -203,7 +203,7 @@ fn push_and_pull_tickets_keep_bsp_with_read_my_writes_off() {
     let program: Program = Arc::new(move |c: PsClient| {
         Box::pin(async move {
             let rows: Vec<RowId> = (0..ROWS).map(RowId).collect();
-            let e = |e: petrel::ps::shells::ClientError| e.to_string();
+            let e = |e: petrel::ps::PsError| e.to_string();
             for clock in 0..clocks {
                 let ticket = c
                     .push_now(T, RowId(0), Row::Dense(vec![1.0, 0.0, 0.0, 0.0]))
@@ -355,7 +355,7 @@ fn stale_rows_cost_one_request_per_shard_and_a_next_clock_prefetch_none() {
     let program: Program = Arc::new(move |c: PsClient| {
         let rows = rows.clone();
         Box::pin(async move {
-            let e = |e: petrel::ps::shells::ClientError| e.to_string();
+            let e = |e: petrel::ps::PsError| e.to_string();
             let check = |what: &str, got: u64, want: u64| {
                 if got == want {
                     Ok(())

@@ -8,7 +8,6 @@ use petrel_ml::job::InvalidSetting;
 use petrel_ml::topic::LdaMetrics;
 use petrel_ps::kit::settings::RunFiles;
 use petrel_ps::{PsApp, PsLda, PsLdaSettings, PsLr, PsLrSettings, PsMf, PsMfSettings};
-use petrel_strads::apps::lasso::multi::MultiSchedulerError;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings};
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::apps::logistic::{ClassifierLoss, LogisticApp, LogisticMetrics};
@@ -329,7 +328,7 @@ impl StradsTrainApp for LassoApp {
             ));
         }
         if job.schedulers > 1 && wants_checkpoints {
-            return Err(StradsError::from(MultiSchedulerError::CheckpointUnsupported).into());
+            return Err(StradsError::CheckpointUnsupported.into());
         }
         Ok(())
     }

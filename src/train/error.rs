@@ -99,12 +99,9 @@ pub enum TrainError {
     /// A P3 job, its network or its data failed.
     #[error(transparent)]
     P3(#[from] petrel_p3::P3Error),
-    /// The P3 model profile could not be read.
+    /// The P3 model profile could not be read, or P3's automatic slice size failed.
     #[error(transparent)]
-    Profile(#[from] petrel_p3::ProfileError),
-    /// P3's automatic slice size failed.
-    #[error(transparent)]
-    Plan(#[from] petrel_p3::PlanError),
+    P3Core(#[from] petrel_p3::P3CoreError),
     /// The cluster failed, or its settings could not be built or written.
     #[error(transparent)]
     Node(#[from] NodeError),

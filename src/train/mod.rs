@@ -16,8 +16,8 @@ use crate::launcher::{LaunchMode, NodePeak};
 use petrel_actors::{JobTransport, Settings, Topology};
 use petrel_ml::job::InvalidSetting;
 use petrel_ps::PsApp;
+use petrel_strads::StradsJob;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings, multi};
-use petrel_strads::{StradsError, StradsJob};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -515,9 +515,7 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
                 Some((dir, resume)) => {
                     if let Some(dir) = dir.as_ref().filter(|_| *resume) {
                         // Fail now, not after the cluster's failure timeout.
-                        petrel_strads::shells::checkpoint::require_checkpoint(dir).map_err(
-                            |e| StradsError::from(petrel_strads::shells::StradsRunError::from(e)),
-                        )?;
+                        petrel_strads::shells::checkpoint::require_checkpoint(dir)?;
                     }
                     default_checkpoint_dir(dir, *resume, &out)?
                 }

@@ -203,26 +203,21 @@ pub struct RunMetrics {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
-/// An output file could not be written.
-#[derive(Debug, thiserror::Error)]
-#[error("writing {}: {source}", path.display())]
-pub struct OutputError {
-    /// The file.
-    pub path: PathBuf,
-    /// The OS or encoder error.
-    #[source]
-    pub source: std::io::Error,
-}
-
 /// Why a run's outputs were not written.
 #[derive(Debug, thiserror::Error)]
 pub enum FinishError {
     /// A figure became NaN or infinite.
     #[error(transparent)]
     Diverged(#[from] Diverged),
-    /// A file could not be written.
-    #[error(transparent)]
-    Write(#[from] OutputError),
+    /// An output file could not be written.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS or encoder error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl RunMetrics {
@@ -277,13 +272,13 @@ impl RunMetrics {
         self.check_finite(advice)?;
         let write = |name: &str, bytes: &[u8]| {
             let path = dir.join(name);
-            write_atomic(&path, bytes).map_err(|source| OutputError { path, source })
+            write_atomic(&path, bytes).map_err(|source| FinishError::Write { path, source })
         };
         for (name, bytes) in files {
             write(name, bytes)?;
         }
         write("history.csv", self.history_csv().as_bytes())?;
-        let json = serde_json::to_vec_pretty(self).map_err(|e| OutputError {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| FinishError::Write {
             path: dir.join("metrics.json"),
             source: std::io::Error::other(e),
         })?;

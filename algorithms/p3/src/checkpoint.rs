@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::P3Error;
-use crate::core::error::{EngineError, PlanError};
+use crate::core::error::P3CoreError;
 use crate::core::shard::SliceState;
 use crate::core::slicing::SlicePlan;
 use crate::kit::StepStats;
@@ -139,7 +139,7 @@ pub struct WorkerFile {
 pub fn assemble_params(
     plan: &SlicePlan,
     shards: &[ShardFile],
-) -> Result<Vec<Vec<f32>>, EngineError> {
+) -> Result<Vec<Vec<f32>>, P3CoreError> {
     let mut params: Vec<Vec<f32>> = (0..plan.n_layers())
         .map(|l| {
             let n: u64 = plan.layer_slices(l).iter().map(|s| s.len).sum();
@@ -148,12 +148,12 @@ pub fn assemble_params(
         .collect();
     let mut seen = vec![false; plan.slices().len()];
     for state in shards.iter().flat_map(|f| &f.slices) {
-        let s = plan.slice(state.id).ok_or(PlanError::UnknownSlice {
+        let s = plan.slice(state.id).ok_or(P3CoreError::UnknownSlice {
             id: state.id,
             n_slices: plan.slices().len(),
         })?;
         if state.params.len() as u64 != s.len {
-            return Err(EngineError::Length {
+            return Err(P3CoreError::Length {
                 slice: s.id,
                 expected: s.len as usize,
                 got: state.params.len(),
@@ -164,7 +164,7 @@ pub fn assemble_params(
         seen[s.id] = true;
     }
     if let Some(missing) = seen.iter().position(|s| !s) {
-        return Err(EngineError::NotInitialised { slice: missing });
+        return Err(P3CoreError::NotInitialised { slice: missing });
     }
     Ok(params)
 }
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(p, vec![vec![0., 1., 2., 3., 4.], vec![10., 11., 12.]]);
         assert!(matches!(
             assemble_params(&plan, &files[..1]),
-            Err(EngineError::NotInitialised { .. })
+            Err(P3CoreError::NotInitialised { .. })
         ));
     }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use petrel_actors::checkpoint::CheckpointError;
 use petrel_actors::{AskError, NodeError};
 
-use crate::core::{EngineError, PlanError, ProfileError};
+use crate::core::P3CoreError;
 
 /// Any error of a P3 job.
 #[derive(Debug, thiserror::Error)]
@@ -30,15 +30,10 @@ pub enum P3Error {
     /// A checkpoint round did not complete (a shard or worker did not save).
     #[error("checkpoint of round {round}: {detail}")]
     CheckpointRound { round: u64, detail: String },
-    /// Planning or simulation.
+    /// Planning or simulation failed, a shard or worker engine rejected a slice, or a model
+    /// profile could not be read.
     #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// The shard or worker engine rejected a slice.
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    /// A model profile could not be read.
-    #[error(transparent)]
-    Profile(#[from] ProfileError),
+    Core(#[from] P3CoreError),
     /// The node runtime (barriers, registration, addresses, the cluster).
     #[error(transparent)]
     Node(#[from] NodeError),
@@ -121,20 +116,72 @@ pub enum P3Error {
     /// A saved model file cannot be used (wrong format, version or app, or bad JSON).
     #[error(transparent)]
     ModelFile(#[from] petrel_ml::model::ModelFileError),
-    /// A P3 model file (safetensors) cannot be written or read.
+    /// A P3 model file (safetensors) cannot be written or read (the source says why).
     #[error("model file {}", .path.display())]
     ModelFormat {
         path: PathBuf,
         #[source]
-        source: Box<crate::model_file::ModelFormatError>,
+        source: Box<P3Error>,
     },
-    /// A real model's network or parameters were rejected.
+    /// The safetensors layer refused a model file (bad header, offsets, sizes).
+    #[error("safetensors")]
+    Safetensors(#[from] safetensors::SafeTensorError),
+    /// A model file's header could not be re-encoded with sorted keys.
+    #[error("header JSON")]
+    ModelHeader(#[source] serde_json::Error),
+    /// A model file's metadata entry is missing or has a bad value.
+    #[error("metadata `{key}`: {detail}")]
+    ModelMetadata { key: &'static str, detail: String },
+    /// A tensor of a model file's network is missing or has another dtype or shape.
+    #[error("tensor `{name}`: {detail}")]
+    ModelTensor { name: String, detail: String },
+    /// The tensors to write do not match their names.
+    #[error("{names} tensor names for {tensors} tensors")]
+    TensorNames { names: usize, tensors: usize },
+    /// A real model's network or parameters were rejected (the source says why).
     #[error("model {name}")]
     RealModel {
         name: String,
         #[source]
-        source: Box<crate::models::ModelError>,
+        source: Box<P3Error>,
     },
+    /// The optimiser rejected a built-in model's tensor (lengths differ).
+    #[error(transparent)]
+    Optimizer(#[from] petrel_ml::dnn::DnnError),
+    /// candle rejected a shape, a tensor or an operation.
+    #[cfg(feature = "candle")]
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// A real network was asked of a build without the `candle` feature.
+    #[error("real networks need the `candle` feature, which this build of petrel left out")]
+    NoCandle,
+    /// A saved network's declared architecture does not fit its tensors or its bounds:
+    /// `field` of the network parameters (`width`, `input`, `classes`, `net`, `tensors`)
+    /// and why.
+    #[error("field `{field}`: {detail}")]
+    Architecture { field: &'static str, detail: String },
+    /// A model name [`crate::models::nets::by_name`] does not know.
+    #[error("unknown model {0:?} (known: mlp, lenet, resnet18, vgg11)")]
+    UnknownNet(String),
+    /// A stage index the model does not have.
+    #[error("no stage {0}")]
+    NoStage(usize),
+    /// A parameter tensor index the model does not have.
+    #[error("no parameter tensor {0}")]
+    NoTensor(usize),
+    /// A tensor of the wrong length.
+    #[error("tensor {tensor}: {got} values for {expected} parameters")]
+    TensorLength {
+        tensor: usize,
+        expected: usize,
+        got: usize,
+    },
+    /// A stage was run out of order (forward without input, backward without gradient).
+    #[error("stage {stage}: {what}")]
+    OutOfOrder { stage: usize, what: &'static str },
+    /// A model that cannot train: no data, batch 0 or no workers.
+    #[error("a stage model needs data, batch > 0 and workers > 0")]
+    NothingToTrain,
 }
 
 impl From<CheckpointError> for P3Error {
@@ -155,8 +202,8 @@ fn reasons_list(reasons: &[String]) -> String {
 }
 
 impl P3Error {
-    /// The real model `name` failed or cannot be built.
-    pub fn real_model(name: &str, e: crate::models::ModelError) -> Self {
+    /// The real model `name` failed or cannot be built (`e`: the model's error).
+    pub fn real_model(name: &str, e: P3Error) -> Self {
         P3Error::RealModel {
             name: name.to_string(),
             source: Box::new(e),

@@ -352,9 +352,9 @@ mod tests {
         let bad = P3Job { n_shards: 0, ..job };
         assert!(matches!(
             bad.plan(),
-            Err(P3Error::Plan(PlanError::ZeroShards))
+            Err(P3Error::Core(P3CoreError::ZeroShards))
         ));
     }
 
-    use crate::core::PlanError;
+    use crate::core::P3CoreError;
 }

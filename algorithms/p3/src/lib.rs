@@ -11,7 +11,7 @@
 //!    (`examples/p3_custom.rs`).
 //! 4. [`models`]: [`EmulatedModel`] (a profile with emulated compute) and, with the `candle`
 //!    feature, [`CandleStageModel`] over a [`StagedNet`] (nets in [`models::nets`]); without
-//!    it a real network is refused with [`ModelError::NoCandle`].
+//!    it a real network is refused with [`P3Error::NoCandle`].
 //! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles, configured by `[app.p3]`
 //!    ([`P3Settings`]).
 //!
@@ -39,17 +39,17 @@ pub mod roles;
 pub mod shells;
 
 pub use crate::core::{
-    Bounds, CostModel, EngineError, LayerReadiness, Mode, ModelProfile, PlanError, ProfileError,
-    SimConfig, SimReport, Slice, SlicePlan, SliceShardCore, SliceWorkerCore, auto_slice_size,
-    ideal_iteration_s, reference_step, simulate,
+    Bounds, CostModel, LayerReadiness, Mode, ModelProfile, P3CoreError, SimConfig, SimReport,
+    Slice, SlicePlan, SliceShardCore, SliceWorkerCore, auto_slice_size, ideal_iteration_s,
+    reference_step, simulate,
 };
 pub use error::P3Error;
 pub use kit::{
     P3Job, P3WorkerReport, Progress, StageGrads, StageLayout, StageModel, StepStats, run_cluster,
 };
+pub use models::EmulatedModel;
 #[cfg(feature = "candle")]
 pub use models::{CandleStageModel, StagedNet};
-pub use models::{EmulatedModel, ModelError};
 pub use roles::{P3Settings, WorkerReportFile};
 
 /// The names most P3 code needs: `use petrel_p3::prelude::*;`.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel, SavedModel};
 use safetensors::tensor::TensorView;
-use safetensors::{Dtype, SafeTensorError, SafeTensors};
+use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 
 use crate::error::P3Error;
@@ -68,36 +68,15 @@ impl TrainedWith {
     }
 }
 
-/// Why a model file cannot be written or read as safetensors.
-#[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)] // fields: named in the variant's doc and message
-pub enum ModelFormatError {
-    /// The safetensors layer refused the file (bad header, offsets, sizes).
-    #[error("safetensors")]
-    Safetensors(#[from] SafeTensorError),
-    /// The header could not be re-encoded with sorted keys.
-    #[error("header JSON")]
-    Header(#[from] serde_json::Error),
-    /// A metadata entry is missing or has a bad value.
-    #[error("metadata `{key}`: {detail}")]
-    Metadata { key: &'static str, detail: String },
-    /// A tensor of the declared network is missing or has another dtype or shape.
-    #[error("tensor `{name}`: {detail}")]
-    Tensor { name: String, detail: String },
-    /// The tensors to write do not match their names.
-    #[error("{names} tensor names for {tensors} tensors")]
-    Names { names: usize, tensors: usize },
-}
-
 /// The file's bytes: `model`'s tensors under `names` (name and shape per tensor, forward
 /// order), with its architecture and `trained` as metadata.
 pub fn encode(
     model: &NetworkModel,
     names: &[(String, Vec<usize>)],
     trained: &TrainedWith,
-) -> Result<Vec<u8>, ModelFormatError> {
+) -> Result<Vec<u8>, P3Error> {
     if names.len() != model.tensors.len() {
-        return Err(ModelFormatError::Names {
+        return Err(P3Error::TensorNames {
             names: names.len(),
             tensors: model.tensors.len(),
         });
@@ -105,7 +84,7 @@ pub fn encode(
     let mut bytes = Vec::with_capacity(names.len());
     for ((name, shape), values) in names.iter().zip(&model.tensors) {
         if shape.iter().product::<usize>() != values.len() {
-            return Err(ModelFormatError::Tensor {
+            return Err(P3Error::ModelTensor {
                 name: name.clone(),
                 detail: format!("shape {shape:?} for {} values", values.len()),
             });
@@ -120,7 +99,7 @@ pub fn encode(
     let tensors = names.iter().zip(&bytes).map(|((name, shape), data)| {
         TensorView::new(Dtype::F32, shape.clone(), data).map(|t| (name.as_str(), t))
     });
-    let input = serde_json::to_string(&model.input)?;
+    let input = serde_json::to_string(&model.input).map_err(P3Error::ModelHeader)?;
     let meta: HashMap<String, String> = [
         ("format", FORMAT.to_string()),
         ("format_version", FORMAT_VERSION.to_string()),
@@ -150,11 +129,11 @@ struct Header {
 /// `file` with its header's keys sorted: the crate writes the metadata map in hash order,
 /// which would make every save of the same model differ. Tensor offsets are relative to
 /// the data, so only the header changes.
-fn sorted_header(file: Vec<u8>) -> Result<Vec<u8>, ModelFormatError> {
+fn sorted_header(file: Vec<u8>) -> Result<Vec<u8>, P3Error> {
     let (n, _) = SafeTensors::read_metadata(&file)?;
     let (head, data) = file[8..].split_at(n);
-    let header: Header = serde_json::from_slice(head)?;
-    let mut head = serde_json::to_vec(&header)?;
+    let header: Header = serde_json::from_slice(head).map_err(P3Error::ModelHeader)?;
+    let mut head = serde_json::to_vec(&header).map_err(P3Error::ModelHeader)?;
     // safetensors pads the header with spaces to keep the data 8-byte aligned.
     head.resize(head.len().next_multiple_of(8), b' ');
     let mut out = Vec::with_capacity(8 + head.len() + data.len());
@@ -183,7 +162,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     let file = SafeTensors::deserialize(bytes).map_err(|e| bad(e.into()))?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.into()))?;
     let meta = header.metadata().clone().unwrap_or_default();
-    let wrong = |key: &'static str, detail: String| bad(ModelFormatError::Metadata { key, detail });
+    let wrong = |key: &'static str, detail: String| bad(P3Error::ModelMetadata { key, detail });
     let get = |key: &'static str| {
         meta.get(key)
             .map(String::as_str)
@@ -227,7 +206,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     });
     let tensor_err = |name: &str, detail: String| {
         let name = name.to_string();
-        bad(ModelFormatError::Tensor { name, detail })
+        bad(P3Error::ModelTensor { name, detail })
     };
     let total = total.ok_or_else(|| tensor_err("*", "the parameter count overflows".into()))?;
     crate::models::architecture::check_counts(&net, &input, width, classes, file.len(), total)

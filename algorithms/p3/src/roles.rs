@@ -22,7 +22,7 @@ use petrel_ml::job::{InvalidSetting, SettingChecks};
 use petrel_ml::model::NetworkModel;
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Mode, ModelProfile, ProfileError};
+use crate::core::{Mode, ModelProfile, P3CoreError};
 use crate::error::P3Error;
 use crate::kit::StepStats;
 use crate::kit::{P3Job, P3WorkerReport};
@@ -158,7 +158,7 @@ impl P3Settings {
 }
 
 /// Loads a profile: a path when `model` has an extension, else a built-in name.
-pub fn load_profile(model: &str) -> Result<ModelProfile, ProfileError> {
+pub fn load_profile(model: &str) -> Result<ModelProfile, P3CoreError> {
     let p = Path::new(model);
     if p.extension().is_some() {
         ModelProfile::load(p)
@@ -480,10 +480,9 @@ mod network;
 #[cfg(not(feature = "candle"))]
 mod network {
     use super::*;
-    use crate::models::ModelError;
 
     fn refused(net: &str) -> P3Error {
-        P3Error::real_model(net, ModelError::NoCandle)
+        P3Error::real_model(net, P3Error::NoCandle)
     }
 
     pub(super) fn check(cfg: &P3Settings) -> Result<(), P3Error> {

@@ -9,7 +9,7 @@ use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_ml::dnn::cifar::synthetic_cifar;
 use petrel_ml::dnn::data::{Dataset, gaussian_clusters};
 use petrel_net::NetConfig;
-use petrel_p3::models::ModelError;
+use petrel_p3::P3Error;
 use petrel_p3::models::nets;
 use petrel_p3::models::staged::evaluate;
 use petrel_p3::{CandleStageModel, Mode, P3Job, StageModel, StagedNet, run_cluster};
@@ -130,7 +130,7 @@ fn train_single_process(
     global_batch: usize,
     opt: FlatSgdMomentum,
     iterations: u64,
-) -> Result<Vec<Vec<f32>>, ModelError> {
+) -> Result<Vec<Vec<f32>>, P3Error> {
     let mut params = initial.to_vec();
     let mut velocity: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
     let mut model = CandleStageModel::new(net.clone(), initial, data, global_batch, 0, 1)?;

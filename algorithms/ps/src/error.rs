@@ -1,7 +1,7 @@
 //! The crate-level error: what roles, jobs and in-process runs of the parameter server
-//! return. Core errors ([`PsCoreError`]) and client errors
-//! ([`ClientError`]) are wrapped with their source chain, so the launcher prints the root
-//! cause once (`petrel_actors::error_chain`).
+//! return, the workers' clients ([`crate::PsClient`]) included. Core errors ([`PsCoreError`])
+//! are wrapped with their source chain, so the launcher prints the root cause once
+//! (`petrel_actors::error_chain`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +9,6 @@ use std::time::Duration;
 use petrel_actors::{AskError, NodeError};
 
 use crate::core::error::PsCoreError;
-use crate::shells::ClientError;
 
 /// Every fallible operation of the shells, the kit and the apps returns this error.
 #[derive(Debug, thiserror::Error)]
@@ -17,9 +16,26 @@ pub enum PsError {
     /// A protocol or configuration error of the sans-I/O core.
     #[error(transparent)]
     Core(#[from] PsCoreError),
-    /// A worker's client failed (a bad reply, a send that failed, a read that timed out).
-    #[error(transparent)]
-    Client(#[from] ClientError),
+    /// A worker's client got a reply its core refused, or a send failed.
+    #[error("worker {worker}: {what}")]
+    ClientFailed {
+        /// The worker.
+        worker: u32,
+        /// What failed.
+        what: String,
+    },
+    /// A worker's read or barrier got no answer in time.
+    #[error("worker {worker}: no answer from ps shard {shard} (node {node}) within {timeout:?}")]
+    ClientTimeout {
+        /// The waiting worker.
+        worker: u32,
+        /// The shard it waits for.
+        shard: u32,
+        /// That shard's node.
+        node: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
     /// The actor runtime refused (registration, an unknown node, a failed cluster run).
     #[error(transparent)]
     Node(#[from] NodeError),

@@ -40,9 +40,8 @@
 //!
 //! Their tuning constants are in one place, [`core::tuning`].
 //!
-//! Errors: each layer has its enum ([`StradsModelError`], [`StradsRunError`],
-//! [`SerialRunError`](kit::serial::SerialRunError)); [`StradsError`] wraps them all
-//! with their source chains (see [`error`]).
+//! Errors: the sans-I/O cores return [`StradsModelError`]; everything else returns
+//! [`StradsError`], which wraps it; both keep their source chains (see [`error`]).
 //!
 //! A new app is a marker type with [`StradsApp`] and [`StradsJob`] impls plus its two
 //! halves; `examples/strads_custom.rs` is one in about 150 lines.
@@ -60,11 +59,11 @@ pub use crate::core::StradsModelError;
 pub use crate::core::app::{
     BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
 };
-pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
-pub use crate::core::ring::{RingCore, RingError};
+pub use crate::core::pipeline::{PipelineAction, PipelineCore};
+pub use crate::core::ring::RingCore;
 pub use error::StradsError;
 pub use kit::{FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, WorkerHalf};
-pub use shells::{RunStats, SchedulerOptions, StradsRunError, run_scheduler};
+pub use shells::{RunStats, SchedulerOptions, run_scheduler};
 
 /// What an app needs in scope: the contract, the kit and the errors.
 pub mod prelude {

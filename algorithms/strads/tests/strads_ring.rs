@@ -4,12 +4,12 @@
 //! clear error that reaches the scheduler. The same app runs through the serial driver.
 
 use petrel_actors::{Cluster, NodeContext, Topology};
-use petrel_strads::StradsModelError;
-use petrel_strads::kit::serial::{Delivery, SerialRun, SerialRunError, run_ring};
+use petrel_strads::kit::serial::{Delivery, SerialRun, run_ring};
 use petrel_strads::shells::{
     BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
     StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
 };
+use petrel_strads::{StradsError, StradsModelError};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -158,7 +158,7 @@ fn serial_run(
     subrounds: usize,
     wrong_way: bool,
     delivery: Delivery,
-) -> Result<(Vec<Option<Visits>>, SerialRun), SerialRunError> {
+) -> Result<(Vec<Option<Visits>>, SerialRun), StradsError> {
     let collected = Arc::new(Mutex::new(vec![None; p]));
     let mut sched = Rotation {
         p,

@@ -10,7 +10,7 @@
 //! workers: per direction it moves `2 (n-1)/n` model copies, and [`CostModel`] with
 //! `colocated_servers` accounts for that by the same factor on M and on every slice.
 
-use crate::core::error::PlanError;
+use crate::core::error::P3CoreError;
 use crate::core::profile::ModelProfile;
 
 /// Hardware and set-up assumptions for bounds and simulation.
@@ -67,7 +67,7 @@ impl CostModel {
     }
 
     /// Every rate and size positive and finite, the overhead finite and >= 0.
-    pub(crate) fn validate(&self) -> Result<(), PlanError> {
+    pub(crate) fn validate(&self) -> Result<(), P3CoreError> {
         let pos = |v: f64| v.is_finite() && v > 0.0;
         let ok = pos(self.device_flops_per_s)
             && pos(self.bandwidth_bytes_per_s)
@@ -77,7 +77,7 @@ impl CostModel {
             && self.per_slice_overhead_s.is_finite()
             && self.per_slice_overhead_s >= 0.0;
         if !ok {
-            return Err(PlanError::InvalidCostModel(*self));
+            return Err(P3CoreError::InvalidCostModel(Box::new(*self)));
         }
         Ok(())
     }
@@ -315,7 +315,7 @@ mod tests {
         };
         assert!(matches!(
             bad.validate(),
-            Err(PlanError::InvalidCostModel(_))
+            Err(P3CoreError::InvalidCostModel(_))
         ));
     }
 }

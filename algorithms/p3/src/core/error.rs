@@ -1,7 +1,6 @@
-//! The errors of P3's cores, one enum per concern, each naming what was wrong: planning and
-//! simulation ([`PlanError`]), the shard and worker engines ([`EngineError`], which wraps a
-//! [`PlanError`] as its source) and model profiles ([`ProfileError`]). The crate-level
-//! [`crate::P3Error`] wraps all three with the runtime's errors.
+//! [`P3CoreError`]: every error of P3's cores, each variant naming what was wrong: planning
+//! and simulation, the shard and worker engines, and model profiles. The crate-level
+//! [`crate::P3Error`] wraps it with the runtime's errors.
 
 use std::path::PathBuf;
 
@@ -9,10 +8,14 @@ use petrel_ml::dnn::DnnError;
 
 use crate::core::cost::CostModel;
 
-/// Slicing, readiness, cost-model and simulator errors.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Errors of P3's cores: slicing, readiness, the cost model and the simulator; the shard
+/// and worker engines ([`crate::core::SliceShardCore`], [`crate::core::SliceWorkerCore`]),
+/// which refuse bad input from a peer or a caller, never panic; and reading, writing or
+/// validating a model profile (each profile error names the file, or `<string>` for text
+/// parsed from memory).
+#[derive(Debug, thiserror::Error)]
 #[allow(missing_docs)] // fields: named in the variant's doc and message
-pub enum PlanError {
+pub enum P3CoreError {
     /// A P3 plan needs slices of at least one parameter.
     #[error("slice size must be at least 1 parameter")]
     ZeroSliceSize,
@@ -30,7 +33,7 @@ pub enum PlanError {
     ShardOutOfRange { shard: usize, n_shards: usize },
     /// Rates and sizes must be positive and finite, the per-slice overhead finite and >= 0.
     #[error("invalid cost model (rates and sizes must be positive and finite): {0:?}")]
-    InvalidCostModel(CostModel),
+    InvalidCostModel(Box<CostModel>),
     /// A simulation needs at least one measured iteration.
     #[error("iterations must be >= 1")]
     ZeroIterations,
@@ -43,16 +46,6 @@ pub enum PlanError {
     /// The automatic slice size was given nothing to choose from.
     #[error("no slice size candidates")]
     NoSliceCandidates,
-}
-
-/// Errors of the shard and worker engines ([`crate::core::SliceShardCore`],
-/// [`crate::core::SliceWorkerCore`]): bad input from a peer or a caller, never a panic.
-#[derive(Debug, PartialEq, thiserror::Error)]
-#[allow(missing_docs)] // fields: named in the variant's doc and message
-pub enum EngineError {
-    /// The plan rejected the input.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
     /// A gradient or init for a slice another shard owns.
     #[error("shard {shard} does not own slice {slice}")]
     NotOwned { shard: usize, slice: usize },
@@ -102,13 +95,6 @@ pub enum EngineError {
     /// The optimiser rejected the update.
     #[error("optimiser step")]
     Optimizer(#[from] DnnError),
-}
-
-/// Errors reading, writing or validating a model profile; each names the file (or origin:
-/// the file, or `<string>` for text parsed from memory).
-#[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)] // fields: named in the variant's doc and message
-pub enum ProfileError {
     /// The file could not be read or written.
     #[error("{}: cannot read/write profile: {source}", .path.display())]
     Io {
@@ -121,7 +107,7 @@ pub enum ProfileError {
     Toml {
         origin: String,
         #[source]
-        source: toml::de::Error,
+        source: Box<toml::de::Error>,
     },
     /// The text is not a valid JSON profile (unknown keys included).
     #[error("{origin}: invalid JSON profile: {source}")]

@@ -13,7 +13,7 @@
 //!   discrete-event [`simulate`] of the three modes with [`auto_slice_size`].
 //! - [`profile`]: [`ModelProfile`]s of real architectures (VGG-19, ResNet-50, a
 //!   Sockeye-style seq2seq) and user profiles from TOML/JSON.
-//! - [`error`]: [`PlanError`], [`EngineError`], [`ProfileError`].
+//! - [`error`]: [`P3CoreError`], the one error of the cores.
 
 pub mod cost;
 pub mod error;
@@ -26,7 +26,7 @@ pub mod slicing;
 pub mod worker;
 
 pub use cost::{Bounds, CostModel, ideal_iteration_s};
-pub use error::{EngineError, PlanError, ProfileError};
+pub use error::P3CoreError;
 pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};
 pub use readiness::LayerReadiness;

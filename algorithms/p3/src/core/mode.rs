@@ -2,7 +2,7 @@
 //! read from flags (the CLI parser's impl is in [`crate::kit`], out of the core) and from
 //! TOML/JSON (serde), rejected when read with the valid values named.
 
-use crate::core::error::PlanError;
+use crate::core::error::P3CoreError;
 
 /// How gradients and parameters are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -22,13 +22,13 @@ impl Mode {
     pub const ALL: [Mode; 3] = [Mode::Sequential, Mode::Fifo, Mode::P3];
 
     /// Parses `sequential` (or `seq`), `fifo` or `p3`, case-insensitively; anything else is
-    /// [`PlanError::UnknownMode`], which names the valid values.
-    pub fn parse(s: &str) -> Result<Mode, PlanError> {
+    /// [`P3CoreError::UnknownMode`], which names the valid values.
+    pub fn parse(s: &str) -> Result<Mode, P3CoreError> {
         let lower = s.to_ascii_lowercase();
         Mode::ALL
             .into_iter()
             .find(|m| m.name() == lower || (*m == Mode::Sequential && lower == "seq"))
-            .ok_or_else(|| PlanError::UnknownMode {
+            .ok_or_else(|| P3CoreError::UnknownMode {
                 value: s.to_string(),
             })
     }
@@ -76,8 +76,8 @@ impl std::fmt::Display for Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    type Err = P3CoreError;
+    fn from_str(s: &str) -> Result<Self, P3CoreError> {
         Mode::parse(s)
     }
 }

@@ -36,7 +36,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-pub use crate::core::error::ProfileError;
+use crate::core::error::P3CoreError;
 
 /// Measured per-iteration compute time of a layer, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -202,12 +202,12 @@ impl ModelProfile {
     }
 
     /// One of the built-in profiles by name: `vgg19`, `resnet50`, `sockeye`.
-    pub fn builtin(name: &str) -> Result<Self, ProfileError> {
+    pub fn builtin(name: &str) -> Result<Self, P3CoreError> {
         match name.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
             "vgg19" => Ok(Self::vgg19()),
             "resnet50" => Ok(Self::resnet50()),
             "sockeye" => Ok(Self::sockeye(&SockeyeConfig::default())),
-            _ => Err(ProfileError::UnknownModel(name.to_string())),
+            _ => Err(P3CoreError::UnknownModel(name.to_string())),
         }
     }
 
@@ -355,8 +355,8 @@ impl ModelProfile {
         }
     }
 
-    fn from_file(file: ProfileFile, origin: &str) -> Result<Self, ProfileError> {
-        let invalid = |detail: String| ProfileError::Invalid {
+    fn from_file(file: ProfileFile, origin: &str) -> Result<Self, P3CoreError> {
+        let invalid = |detail: String| P3CoreError::Invalid {
             origin: origin.to_string(),
             detail,
         };
@@ -418,17 +418,17 @@ impl ModelProfile {
     }
 
     /// Parses a TOML profile; `origin` (a path or `<string>`) is used in errors.
-    pub fn from_toml_str(s: &str, origin: &str) -> Result<Self, ProfileError> {
-        let file: ProfileFile = toml::from_str(s).map_err(|source| ProfileError::Toml {
+    pub fn from_toml_str(s: &str, origin: &str) -> Result<Self, P3CoreError> {
+        let file: ProfileFile = toml::from_str(s).map_err(|source| P3CoreError::Toml {
             origin: origin.to_string(),
-            source,
+            source: Box::new(source),
         })?;
         Self::from_file(file, origin)
     }
 
     /// Parses a JSON profile; `origin` is used in errors.
-    pub fn from_json_str(s: &str, origin: &str) -> Result<Self, ProfileError> {
-        let file: ProfileFile = serde_json::from_str(s).map_err(|source| ProfileError::Json {
+    pub fn from_json_str(s: &str, origin: &str) -> Result<Self, P3CoreError> {
+        let file: ProfileFile = serde_json::from_str(s).map_err(|source| P3CoreError::Json {
             origin: origin.to_string(),
             source,
         })?;
@@ -445,18 +445,18 @@ impl ModelProfile {
     }
 
     /// Loads a `.toml` or `.json` profile (format chosen by extension).
-    pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, P3CoreError> {
         let path = path.as_ref();
         let json = match path.extension().and_then(|e| e.to_str()) {
             Some(e) if e.eq_ignore_ascii_case("toml") => false,
             Some(e) if e.eq_ignore_ascii_case("json") => true,
             _ => {
-                return Err(ProfileError::UnknownFormat {
+                return Err(P3CoreError::UnknownFormat {
                     path: path.to_path_buf(),
                 });
             }
         };
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+        let text = std::fs::read_to_string(path).map_err(|source| P3CoreError::Io {
             path: path.to_path_buf(),
             source,
         })?;

@@ -1,7 +1,7 @@
 //! Per-layer readiness: which slices of each layer have arrived in the current round, so a
 //! worker's forward pass of layer `l` waits only for layer `l`'s slices (P3's point).
 
-use crate::core::error::PlanError;
+use crate::core::error::P3CoreError;
 use crate::core::slicing::SlicePlan;
 
 /// Which slices of each layer have arrived in the current round; a layer's forward pass
@@ -28,12 +28,15 @@ impl LayerReadiness {
 
     /// Records a slice; returns `true` when this completed its layer. Receiving the same
     /// slice twice in a round is harmless (returns `false` the second time).
-    pub fn mark_received(&mut self, slice_id: usize) -> Result<bool, PlanError> {
+    pub fn mark_received(&mut self, slice_id: usize) -> Result<bool, P3CoreError> {
         let n_slices = self.received.len();
-        let layer = *self.layer_of.get(slice_id).ok_or(PlanError::UnknownSlice {
-            id: slice_id,
-            n_slices,
-        })?;
+        let layer = *self
+            .layer_of
+            .get(slice_id)
+            .ok_or(P3CoreError::UnknownSlice {
+                id: slice_id,
+                n_slices,
+            })?;
         if self.received[slice_id] {
             return Ok(false);
         }
@@ -81,19 +84,19 @@ mod tests {
         let plan = SlicePlan::new(&[4, 0, 2], 2, 2).unwrap();
         let mut r = LayerReadiness::new(&plan);
         assert!(!r.is_ready(0) && r.is_ready(1) && !r.is_ready(2));
-        assert_eq!(r.mark_received(2), Ok(true)); // layer 2 has one slice
+        assert_eq!(r.mark_received(2).ok(), Some(true)); // layer 2 has one slice
         assert!(r.is_ready(2));
-        assert_eq!(r.mark_received(1), Ok(false));
-        assert_eq!(r.mark_received(1), Ok(false)); // duplicate is harmless
+        assert_eq!(r.mark_received(1).ok(), Some(false));
+        assert_eq!(r.mark_received(1).ok(), Some(false)); // duplicate is harmless
         assert!(!r.is_ready(0));
-        assert_eq!(r.mark_received(0), Ok(true));
+        assert_eq!(r.mark_received(0).ok(), Some(true));
         assert!(r.all_ready());
         assert!(matches!(
             r.mark_received(3),
-            Err(PlanError::UnknownSlice { id: 3, n_slices: 3 })
+            Err(P3CoreError::UnknownSlice { id: 3, n_slices: 3 })
         ));
         r.reset_layer(0);
-        assert_eq!(r.mark_received(0), Ok(false));
+        assert_eq!(r.mark_received(0).ok(), Some(false));
         assert!(!r.is_ready(0) && r.is_ready(2));
         r.reset();
         assert!(!r.is_ready(2));

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use petrel_ml::dnn::FlatSgdMomentum;
 use serde::{Deserialize, Serialize};
 
-use crate::core::error::{EngineError, PlanError};
+use crate::core::error::P3CoreError;
 use crate::core::slicing::SlicePlan;
 
 /// One slice's state in a shard's checkpoint file.
@@ -54,16 +54,15 @@ impl SliceShardCore {
         shard: usize,
         n_workers: usize,
         opt: FlatSgdMomentum,
-    ) -> Result<Self, EngineError> {
+    ) -> Result<Self, P3CoreError> {
         if n_workers == 0 {
-            return Err(EngineError::NoWorkers);
+            return Err(P3CoreError::NoWorkers);
         }
         if shard >= plan.n_shards() {
-            return Err(PlanError::ShardOutOfRange {
+            return Err(P3CoreError::ShardOutOfRange {
                 shard,
                 n_shards: plan.n_shards(),
-            }
-            .into());
+            });
         }
         let slices = plan
             .shard_slices(shard)
@@ -100,18 +99,18 @@ impl SliceShardCore {
         self.slices.len()
     }
 
-    fn slice_mut(&mut self, slice: usize) -> Result<&mut ShardSlice, EngineError> {
+    fn slice_mut(&mut self, slice: usize) -> Result<&mut ShardSlice, P3CoreError> {
         let shard = self.shard;
         self.slices
             .get_mut(&slice)
-            .ok_or(EngineError::NotOwned { shard, slice })
+            .ok_or(P3CoreError::NotOwned { shard, slice })
     }
 
     /// Sets a slice's initial values (velocity zero). May be repeated before training.
-    pub fn init_slice(&mut self, slice: usize, params: Vec<f32>) -> Result<(), EngineError> {
+    pub fn init_slice(&mut self, slice: usize, params: Vec<f32>) -> Result<(), P3CoreError> {
         let s = self.slice_mut(slice)?;
         if params.len() != s.params.len() {
-            return Err(EngineError::Length {
+            return Err(P3CoreError::Length {
                 slice,
                 expected: s.params.len(),
                 got: params.len(),
@@ -137,17 +136,17 @@ impl SliceShardCore {
     /// `round`: fails unless every slice is initialised and collecting the gradients of
     /// iteration `round` (all of `round - 1` applied, none of `round`). Gradients already
     /// received for `round` are not part of it: a resumed run recomputes them.
-    pub fn snapshot(&self, round: u64) -> Result<Vec<SliceState>, EngineError> {
+    pub fn snapshot(&self, round: u64) -> Result<Vec<SliceState>, P3CoreError> {
         let mut ids: Vec<usize> = self.slices.keys().copied().collect();
         ids.sort_unstable();
         ids.into_iter()
             .map(|id| {
                 let s = &self.slices[&id];
                 if !s.initialised {
-                    return Err(EngineError::NotInitialised { slice: id });
+                    return Err(P3CoreError::NotInitialised { slice: id });
                 }
                 if s.iter != round {
-                    return Err(EngineError::WrongIteration {
+                    return Err(P3CoreError::WrongIteration {
                         slice: id,
                         expected: round,
                         got: s.iter,
@@ -165,9 +164,9 @@ impl SliceShardCore {
     /// Restores every owned slice from a checkpoint of round `round` (see
     /// [`SliceShardCore::snapshot`]); the shard then collects the gradients of `round`.
     /// Fails unless `slices` holds exactly this shard's slices with their lengths.
-    pub fn restore(&mut self, round: u64, slices: Vec<SliceState>) -> Result<(), EngineError> {
+    pub fn restore(&mut self, round: u64, slices: Vec<SliceState>) -> Result<(), P3CoreError> {
         if slices.len() != self.slices.len() {
-            return Err(EngineError::SliceCount {
+            return Err(P3CoreError::SliceCount {
                 expected: self.slices.len(),
                 got: slices.len(),
             });
@@ -175,7 +174,7 @@ impl SliceShardCore {
         for state in &slices {
             let s = self.slice_mut(state.id)?;
             if state.params.len() != s.params.len() || state.velocity.len() != s.params.len() {
-                return Err(EngineError::Length {
+                return Err(P3CoreError::Length {
                     slice: state.id,
                     expected: s.params.len(),
                     got: state.params.len().min(state.velocity.len()),
@@ -203,32 +202,32 @@ impl SliceShardCore {
         worker: usize,
         slice: usize,
         grad: Vec<f32>,
-    ) -> Result<Option<Vec<f32>>, EngineError> {
+    ) -> Result<Option<Vec<f32>>, P3CoreError> {
         let n_workers = self.n_workers;
         let opt = self.opt;
         if worker >= n_workers {
-            return Err(EngineError::WorkerOutOfRange { worker, n_workers });
+            return Err(P3CoreError::WorkerOutOfRange { worker, n_workers });
         }
         let s = self.slice_mut(slice)?;
         if !s.initialised {
-            return Err(EngineError::NotInitialised { slice });
+            return Err(P3CoreError::NotInitialised { slice });
         }
         if iter != s.iter {
-            return Err(EngineError::WrongIteration {
+            return Err(P3CoreError::WrongIteration {
                 slice,
                 expected: s.iter,
                 got: iter,
             });
         }
         if grad.len() != s.params.len() {
-            return Err(EngineError::Length {
+            return Err(P3CoreError::Length {
                 slice,
                 expected: s.params.len(),
                 got: grad.len(),
             });
         }
         if s.grads[worker].is_some() {
-            return Err(EngineError::Duplicate {
+            return Err(P3CoreError::Duplicate {
                 slice,
                 iter,
                 worker,
@@ -261,16 +260,16 @@ pub fn reference_step(
     params: &mut [Vec<f32>],
     velocity: &mut [Vec<f32>],
     worker_grads: &[Vec<Vec<f32>>],
-) -> Result<(), EngineError> {
+) -> Result<(), P3CoreError> {
     let n = worker_grads.len();
     if n == 0 {
-        return Err(EngineError::NoWorkers);
+        return Err(P3CoreError::NoWorkers);
     }
     for (layer, (p, v)) in params.iter_mut().zip(velocity.iter_mut()).enumerate() {
         let mut sum = vec![0.0f32; p.len()];
         for w in worker_grads {
             let g = w.get(layer).filter(|g| g.len() == p.len());
-            let g = g.ok_or(EngineError::LayerLength {
+            let g = g.ok_or(P3CoreError::LayerLength {
                 layer,
                 expected: p.len(),
                 got: w.get(layer).map_or(0, Vec::len),
@@ -325,7 +324,7 @@ mod tests {
         }
         assert!(matches!(
             a.snapshot(0),
-            Err(EngineError::WrongIteration { .. })
+            Err(P3CoreError::WrongIteration { .. })
         ));
         let snap = a.snapshot(1).unwrap();
         // A gradient of round 1 already in is not part of the checkpoint.
@@ -339,7 +338,7 @@ mod tests {
         assert!(from_a.is_some());
         assert!(matches!(
             b.restore(1, snap[..1].to_vec()),
-            Err(EngineError::SliceCount { .. })
+            Err(P3CoreError::SliceCount { .. })
         ));
     }
 
@@ -349,29 +348,29 @@ mod tests {
         let mut core = SliceShardCore::new(&plan, 1, 2, opt()).unwrap();
         assert!(matches!(
             core.contribute(0, 0, 1, vec![0.0; 2]),
-            Err(EngineError::NotInitialised { slice: 1 })
+            Err(P3CoreError::NotInitialised { slice: 1 })
         ));
         assert!(matches!(
             core.init_slice(0, vec![0.0; 2]),
-            Err(EngineError::NotOwned { .. })
+            Err(P3CoreError::NotOwned { .. })
         ));
         core.init_slice(1, vec![0.0; 2]).unwrap();
         assert!(matches!(
             core.contribute(0, 0, 1, vec![0.0; 3]),
-            Err(EngineError::Length { .. })
+            Err(P3CoreError::Length { .. })
         ));
         assert!(matches!(
             core.contribute(1, 0, 1, vec![0.0; 2]),
-            Err(EngineError::WrongIteration { .. })
+            Err(P3CoreError::WrongIteration { .. })
         ));
         assert!(matches!(
             core.contribute(0, 2, 1, vec![0.0; 2]),
-            Err(EngineError::WorkerOutOfRange { .. })
+            Err(P3CoreError::WorkerOutOfRange { .. })
         ));
         core.contribute(0, 0, 1, vec![0.0; 2]).unwrap();
         assert!(matches!(
             core.contribute(0, 0, 1, vec![0.0; 2]),
-            Err(EngineError::Duplicate { .. })
+            Err(P3CoreError::Duplicate { .. })
         ));
     }
 

@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use petrel_messages::PriorityQueue;
 
 use crate::core::cost::{Bounds, CostModel};
-use crate::core::error::PlanError;
+use crate::core::error::P3CoreError;
 use crate::core::mode::Mode;
 use crate::core::profile::ModelProfile;
 use crate::core::readiness::LayerReadiness;
@@ -23,7 +23,7 @@ pub fn auto_slice_size(
     cost: &CostModel,
     candidates: &[u64],
     iterations: usize,
-) -> Result<(u64, f64), PlanError> {
+) -> Result<(u64, f64), P3CoreError> {
     let mut best: Option<(u64, f64)> = None;
     let mut sorted: Vec<u64> = candidates.to_vec();
     sorted.sort_unstable_by(|a, b| b.cmp(a));
@@ -42,7 +42,7 @@ pub fn auto_slice_size(
             best = Some((size, r.secs_per_iter));
         }
     }
-    best.ok_or(PlanError::NoSliceCandidates)
+    best.ok_or(P3CoreError::NoSliceCandidates)
 }
 
 /// Simulator input.
@@ -237,7 +237,7 @@ impl Sim<'_> {
         self.try_start_compute(now);
     }
 
-    fn run(&mut self) -> Result<(), PlanError> {
+    fn run(&mut self) -> Result<(), P3CoreError> {
         self.try_start_compute(0.0);
         while let Some(ev) = self.events.pop() {
             let now = ev.time;
@@ -283,13 +283,13 @@ impl Sim<'_> {
 /// starts once all of layer `l`'s slices were pulled (`Sequential`: once the whole model
 /// was). Returns the mean time per iteration over `iterations` iterations after a warm-up
 /// iteration.
-pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, PlanError> {
+pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, P3CoreError> {
     cfg.cost.validate()?;
     if cfg.iterations == 0 {
-        return Err(PlanError::ZeroIterations);
+        return Err(P3CoreError::ZeroIterations);
     }
     if profile.layers.is_empty() {
-        return Err(PlanError::EmptyProfile);
+        return Err(P3CoreError::EmptyProfile);
     }
     let plan = SlicePlan::with_mode(cfg.mode, &profile.param_counts(), cfg.slice_size, 1)?;
     let c = &cfg.cost;
@@ -328,7 +328,7 @@ pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, Pl
     sim.run()?;
     let starts = &sim.iter_starts;
     if starts.len() != cfg.iterations + 2 {
-        return Err(PlanError::Stalled {
+        return Err(P3CoreError::Stalled {
             iterations: starts.len().saturating_sub(1),
         });
     }

@@ -11,7 +11,7 @@
 
 use petrel_messages::Priority;
 
-use crate::core::error::PlanError;
+use crate::core::error::P3CoreError;
 use crate::core::mode::Mode;
 
 /// A contiguous piece of one layer's flat parameter tensor.
@@ -45,7 +45,7 @@ impl SlicePlan {
     /// P3 plan: layer `l` (of `counts[l]` parameters) cut into slices of at most `slice_size`
     /// parameters (the last one may be shorter), assigned to shards round-robin in layer
     /// order across layer boundaries (so small layers do not all land on shard 0).
-    pub fn new(counts: &[u64], slice_size: u64, n_shards: usize) -> Result<Self, PlanError> {
+    pub fn new(counts: &[u64], slice_size: u64, n_shards: usize) -> Result<Self, P3CoreError> {
         Self::with_mode(Mode::P3, counts, slice_size, n_shards)
     }
 
@@ -56,7 +56,7 @@ impl SlicePlan {
         counts: &[u64],
         slice_size: u64,
         n_shards: usize,
-    ) -> Result<Self, PlanError> {
+    ) -> Result<Self, P3CoreError> {
         let n_layers = counts.len();
         Self::build(mode, counts, slice_size, n_shards, |layer, count| {
             let (size, priority) = match mode {
@@ -80,7 +80,7 @@ impl SlicePlan {
         counts: &[u64],
         slice_size: u64,
         n_shards: usize,
-    ) -> Result<Self, PlanError> {
+    ) -> Result<Self, P3CoreError> {
         if mode == Mode::P3 {
             return Self::new(counts, slice_size, n_shards);
         }
@@ -101,12 +101,12 @@ impl SlicePlan {
         slice_size: u64,
         n_shards: usize,
         cut: impl Fn(usize, u64) -> (Priority, Vec<u64>),
-    ) -> Result<Self, PlanError> {
+    ) -> Result<Self, P3CoreError> {
         if n_shards == 0 {
-            return Err(PlanError::ZeroShards);
+            return Err(P3CoreError::ZeroShards);
         }
         if mode == Mode::P3 && slice_size == 0 {
-            return Err(PlanError::ZeroSliceSize);
+            return Err(P3CoreError::ZeroSliceSize);
         }
         let mut slices = Vec::new();
         let mut layer_ranges = Vec::with_capacity(counts.len());
@@ -210,8 +210,14 @@ mod tests {
         for (i, s) in plan.slices().iter().enumerate() {
             assert_eq!(s.id, i);
         }
-        assert_eq!(SlicePlan::new(&[1], 0, 1), Err(PlanError::ZeroSliceSize));
-        assert_eq!(SlicePlan::new(&[1], 1, 0), Err(PlanError::ZeroShards));
+        assert!(matches!(
+            SlicePlan::new(&[1], 0, 1),
+            Err(P3CoreError::ZeroSliceSize)
+        ));
+        assert!(matches!(
+            SlicePlan::new(&[1], 1, 0),
+            Err(P3CoreError::ZeroShards)
+        ));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! layer's gradient into slices, reassembles returned parameter slices into per-layer buffers and
 //! tracks, per layer, whether the next forward pass may use it ([`LayerReadiness`]).
 
-use crate::core::error::{EngineError, PlanError};
+use crate::core::error::P3CoreError;
 use crate::core::readiness::LayerReadiness;
 use crate::core::slicing::{Slice, SlicePlan};
 
@@ -18,9 +18,9 @@ pub struct SliceWorkerCore {
 
 impl SliceWorkerCore {
     /// `initial` holds one buffer per plan layer, all ready (iteration 0 starts from them).
-    pub fn new(plan: SlicePlan, initial: Vec<Vec<f32>>) -> Result<Self, EngineError> {
+    pub fn new(plan: SlicePlan, initial: Vec<Vec<f32>>) -> Result<Self, P3CoreError> {
         if initial.len() != plan.n_layers() {
-            return Err(EngineError::TensorCount {
+            return Err(P3CoreError::TensorCount {
                 expected: plan.n_layers(),
                 got: initial.len(),
             });
@@ -28,7 +28,7 @@ impl SliceWorkerCore {
         for (layer, p) in initial.iter().enumerate() {
             let expected: u64 = plan.layer_slices(layer).iter().map(|s| s.len).sum();
             if p.len() as u64 != expected {
-                return Err(EngineError::LayerLength {
+                return Err(P3CoreError::LayerLength {
                     layer,
                     expected: expected as usize,
                     got: p.len(),
@@ -52,11 +52,11 @@ impl SliceWorkerCore {
         &self,
         layer: usize,
         grad: &[f32],
-    ) -> Result<Vec<(Slice, Vec<f32>)>, EngineError> {
+    ) -> Result<Vec<(Slice, Vec<f32>)>, P3CoreError> {
         let slices = self.plan.layer_slices(layer);
         let expected: u64 = slices.iter().map(|s| s.len).sum();
         if grad.len() as u64 != expected || layer >= self.plan.n_layers() {
-            return Err(EngineError::LayerLength {
+            return Err(P3CoreError::LayerLength {
                 layer,
                 expected: expected as usize,
                 got: grad.len(),
@@ -84,20 +84,20 @@ impl SliceWorkerCore {
         iter: u64,
         slice: usize,
         values: &[f32],
-    ) -> Result<Option<usize>, EngineError> {
-        let s = *self.plan.slice(slice).ok_or(PlanError::UnknownSlice {
+    ) -> Result<Option<usize>, P3CoreError> {
+        let s = *self.plan.slice(slice).ok_or(P3CoreError::UnknownSlice {
             id: slice,
             n_slices: self.plan.slices().len(),
         })?;
         if iter != self.iter {
-            return Err(EngineError::WrongIteration {
+            return Err(P3CoreError::WrongIteration {
                 slice,
                 expected: self.iter,
                 got: iter,
             });
         }
         if values.len() as u64 != s.len {
-            return Err(EngineError::Length {
+            return Err(P3CoreError::Length {
                 slice,
                 expected: s.len as usize,
                 got: values.len(),
@@ -145,11 +145,11 @@ mod tests {
         assert_eq!(w.receive(1, 0, &[1.0, 2.0]).unwrap(), None);
         assert!(matches!(
             w.receive(0, 1, &[1.0, 2.0]),
-            Err(EngineError::WrongIteration { .. })
+            Err(P3CoreError::WrongIteration { .. })
         ));
         assert!(matches!(
             w.receive(1, 1, &[1.0]),
-            Err(EngineError::Length { .. })
+            Err(P3CoreError::Length { .. })
         ));
         assert_eq!(w.receive(1, 1, &[3.0, 4.0]).unwrap(), Some(0));
         assert_eq!(w.layer_params(0).unwrap(), &[1.0, 2.0, 3.0, 4.0]);

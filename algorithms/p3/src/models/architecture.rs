@@ -12,6 +12,8 @@ use std::path::Path;
 
 use petrel_ml::model::{ModelFileError, NetworkModel};
 
+use crate::error::P3Error;
+
 /// Largest `width` any layout accepts (the published ResNet-18 and VGG-11 use 64).
 pub const MAX_WIDTH: usize = 1 << 16;
 /// Largest `classes` of a head.
@@ -19,18 +21,9 @@ pub const MAX_CLASSES: usize = 1 << 20;
 /// Largest extent of one input dimension (channels, height or width).
 pub const MAX_INPUT_EXTENT: usize = 1 << 16;
 
-/// What is wrong with a declared architecture: the field and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("field `{field}`: {detail}")]
-pub struct ArchitectureError {
-    /// The field of the network parameters (`width`, `input`, `classes`, `net`, `tensors`).
-    pub field: &'static str,
-    /// Why.
-    pub detail: String,
-}
-
-fn wrong(field: &'static str, detail: impl Into<String>) -> ArchitectureError {
-    ArchitectureError {
+/// The error for a declared architecture whose `field` is wrong, and why.
+fn wrong(field: &'static str, detail: impl Into<String>) -> P3Error {
+    P3Error::Architecture {
         field,
         detail: detail.into(),
     }
@@ -55,7 +48,7 @@ pub fn declared_parameters(
     input: &[usize],
     width: usize,
     classes: usize,
-) -> Result<(usize, usize), ArchitectureError> {
+) -> Result<(usize, usize), P3Error> {
     for (field, v, max) in [
         ("width", width, MAX_WIDTH),
         ("classes", classes, MAX_CLASSES),
@@ -155,7 +148,7 @@ pub fn declared_parameters(
 
 /// Checks `model`'s declared architecture against the tensors it stores: the count of
 /// tensors and the total of parameters must be those of [`declared_parameters`].
-pub fn check_architecture(model: &NetworkModel) -> Result<(), ArchitectureError> {
+pub fn check_architecture(model: &NetworkModel) -> Result<(), P3Error> {
     let stored: usize = model.tensors.iter().map(Vec::len).sum();
     check_counts(
         &model.net,
@@ -176,7 +169,7 @@ pub fn check_counts(
     classes: usize,
     stored_tensors: usize,
     stored: usize,
-) -> Result<(), ArchitectureError> {
+) -> Result<(), P3Error> {
     let (tensors, total) = declared_parameters(net, input, width, classes)?;
     if tensors != stored_tensors || total != stored {
         return Err(wrong(
@@ -224,7 +217,10 @@ mod tests {
             (model("mlp", &[4], 4, 2), "tensors"),
         ] {
             let err = check_architecture(&m).unwrap_err();
-            assert_eq!(err.field, field, "{err}");
+            assert!(
+                matches!(&err, P3Error::Architecture { field: f, .. } if *f == field),
+                "{err}"
+            );
         }
     }
 

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use crate::core::ModelProfile;
+use crate::error::P3Error;
 use crate::kit::{StageGrads, StageModel};
-use crate::models::ModelError;
 
 /// A profiled model with emulated compute: stage = profile layer with one tensor of the layer's
 /// size; forward and backward take the profiled time on a device of `device_flops_per_s`; gradients
@@ -31,33 +31,30 @@ impl EmulatedModel {
 }
 
 impl StageModel for EmulatedModel {
-    type Error = ModelError;
+    type Error = P3Error;
 
     fn stage_tensors(&self) -> Vec<Vec<u64>> {
         self.counts.iter().map(|&n| vec![n as u64]).collect()
     }
 
-    fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), ModelError> {
+    fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), P3Error> {
         match self.counts.get(tensor) {
             Some(&n) if n == values.len() => Ok(()),
-            Some(&n) => Err(ModelError::TensorLength {
+            Some(&n) => Err(P3Error::TensorLength {
                 tensor,
                 expected: n,
                 got: values.len(),
             }),
-            None => Err(ModelError::NoTensor(tensor)),
+            None => Err(P3Error::NoTensor(tensor)),
         }
     }
 
-    fn forward_stage(&mut self, _iter: u64, stage: usize) -> Result<Duration, ModelError> {
-        self.fwd
-            .get(stage)
-            .copied()
-            .ok_or(ModelError::NoStage(stage))
+    fn forward_stage(&mut self, _iter: u64, stage: usize) -> Result<Duration, P3Error> {
+        self.fwd.get(stage).copied().ok_or(P3Error::NoStage(stage))
     }
 
-    fn backward_stage(&mut self, stage: usize) -> Result<StageGrads, ModelError> {
-        let compute = *self.bwd.get(stage).ok_or(ModelError::NoStage(stage))?;
+    fn backward_stage(&mut self, stage: usize) -> Result<StageGrads, P3Error> {
+        let compute = *self.bwd.get(stage).ok_or(P3Error::NoStage(stage))?;
         let n = self.counts[stage];
         Ok(StageGrads {
             grads: vec![vec![self.grad_value; n]],

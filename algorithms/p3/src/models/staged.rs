@@ -34,8 +34,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal, Uniform};
 
+use crate::error::P3Error;
 use crate::kit::{StageGrads, StageModel, StepStats};
-use crate::models::ModelError;
 
 /// Builds one stage's module from a [`VarBuilder`].
 pub type BuildStage =
@@ -57,9 +57,9 @@ impl TensorSpec {
     }
 
     /// Whether `values` fit this spec, as tensor `t` of the model.
-    fn check(&self, t: usize, values: &[f32]) -> Result<(), ModelError> {
+    fn check(&self, t: usize, values: &[f32]) -> Result<(), P3Error> {
         if values.len() != self.len() {
-            return Err(ModelError::TensorLength {
+            return Err(P3Error::TensorLength {
                 tensor: t,
                 expected: self.len(),
                 got: values.len(),
@@ -138,7 +138,7 @@ impl StagedNet {
 
     /// Every stage's parameter tensors (sorted by name) and the seeded initial values of
     /// every tensor, forward order (see the [module docs](self#initial-values)).
-    pub fn init(&self, seed: u64) -> Result<(StageSpecs, Vec<Vec<f32>>), ModelError> {
+    pub fn init(&self, seed: u64) -> Result<(StageSpecs, Vec<Vec<f32>>), P3Error> {
         let mut specs = Vec::with_capacity(self.stages.len());
         let mut values = Vec::new();
         for (k, (_, build)) in self.stages.iter().enumerate() {
@@ -161,14 +161,14 @@ impl StagedNet {
     }
 
     /// Every stage's parameter tensors, forward order (see [`StagedNet::init`]).
-    pub fn specs(&self) -> Result<Vec<Vec<TensorSpec>>, ModelError> {
+    pub fn specs(&self) -> Result<Vec<Vec<TensorSpec>>, P3Error> {
         Ok(self.init(0)?.0)
     }
 
     /// Every parameter tensor, forward order, under its whole-model name: the stage's name, a dot,
     /// the tensor's name within the stage (`dense0.weight`, `layer1.0.conv1.bias`). These are the
     /// names [`StagedNet::build`] asks its `VarBuilder` for, and those of the saved model file.
-    pub fn named_specs(&self) -> Result<Vec<TensorSpec>, ModelError> {
+    pub fn named_specs(&self) -> Result<Vec<TensorSpec>, P3Error> {
         let specs = self.specs()?;
         Ok(self
             .stages
@@ -336,7 +336,7 @@ impl CustomOp1 for SeedGradient {
 }
 
 /// The examples and labels of rows `idx` of `data` as candle tensors.
-pub fn batch_tensors(data: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor), ModelError> {
+pub fn batch_tensors(data: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor), P3Error> {
     let (x, y) = data.select(idx);
     let shape = x.shape().to_vec();
     let x = Tensor::from_vec(x.iter().copied().collect::<Vec<f32>>(), shape, &Device::Cpu)?;
@@ -346,7 +346,7 @@ pub fn batch_tensors(data: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor), 
 }
 
 /// The gradient of every one of `params` in `grads` (zeros for one without).
-fn grads_of(params: &[Var], grads: &GradStore) -> Result<Vec<Vec<f32>>, ModelError> {
+fn grads_of(params: &[Var], grads: &GradStore) -> Result<Vec<Vec<f32>>, P3Error> {
     let grad = |p: &Var| match grads.get(p.as_tensor()) {
         Some(g) => g.flatten_all()?.to_vec1::<f32>(),
         None => Ok(vec![0.0; p.elem_count()]),
@@ -370,11 +370,11 @@ fn infer(
     params: &[Vec<f32>],
     data: &Dataset,
     batch: usize,
-    mut each: impl FnMut(&Tensor, &Tensor, usize) -> Result<(), ModelError>,
-) -> Result<(), ModelError> {
+    mut each: impl FnMut(&Tensor, &Tensor, usize) -> Result<(), P3Error>,
+) -> Result<(), P3Error> {
     let mut map = HashMap::new();
     for (t, spec) in net.named_specs()?.into_iter().enumerate() {
-        let v = params.get(t).ok_or(ModelError::NoTensor(t))?;
+        let v = params.get(t).ok_or(P3Error::NoTensor(t))?;
         spec.check(t, v)?;
         let tensor = Tensor::from_slice(v, spec.shape.as_slice(), &Device::Cpu)?;
         map.insert(spec.name, tensor);
@@ -395,7 +395,7 @@ pub fn evaluate(
     params: &[Vec<f32>],
     data: &Dataset,
     batch: usize,
-) -> Result<StepStats, ModelError> {
+) -> Result<StepStats, P3Error> {
     let (mut loss, mut right, mut seen) = (0.0f64, 0.0f64, 0usize);
     infer(net, params, data, batch, |x, y, n| {
         let l = candle_nn::loss::cross_entropy(x, y)?.to_scalar::<f32>()?;
@@ -418,7 +418,7 @@ pub fn predict_probabilities(
     params: &[Vec<f32>],
     data: &Dataset,
     batch: usize,
-) -> Result<Vec<Vec<f32>>, ModelError> {
+) -> Result<Vec<Vec<f32>>, P3Error> {
     let mut out = Vec::with_capacity(data.len());
     infer(net, params, data, batch, |x, _, _| {
         out.extend(candle_nn::ops::softmax(x, D::Minus1)?.to_vec2::<f32>()?);
@@ -460,9 +460,9 @@ impl CandleStageModel {
         batch: usize,
         worker: usize,
         n_workers: usize,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, P3Error> {
         if data.is_empty() || batch == 0 || n_workers == 0 {
-            return Err(ModelError::NothingToTrain);
+            return Err(P3Error::NothingToTrain);
         }
         let specs = net.specs()?;
         let mut ranges = Vec::with_capacity(specs.len());
@@ -472,14 +472,14 @@ impl CandleStageModel {
             let start = owner.len();
             for (i, spec) in stage.iter().enumerate() {
                 let t = owner.len();
-                let v = initial.get(t).ok_or(ModelError::NoTensor(t))?;
+                let v = initial.get(t).ok_or(P3Error::NoTensor(t))?;
                 params.push(Self::var(t, spec, v)?);
                 owner.push((k, i));
             }
             ranges.push(start..owner.len());
         }
         if params.len() != initial.len() {
-            return Err(ModelError::NoTensor(params.len()));
+            return Err(P3Error::NoTensor(params.len()));
         }
         let n = specs.len();
         Ok(CandleStageModel {
@@ -503,7 +503,7 @@ impl CandleStageModel {
     }
 
     /// The one copy of a pulled tensor: into the storage of a new candle variable.
-    fn var(t: usize, spec: &TensorSpec, values: &[f32]) -> Result<Var, ModelError> {
+    fn var(t: usize, spec: &TensorSpec, values: &[f32]) -> Result<Var, P3Error> {
         spec.check(t, values)?;
         Ok(Var::from_vec(
             values.to_vec(),
@@ -512,11 +512,8 @@ impl CandleStageModel {
         )?)
     }
 
-    fn module(&mut self, stage: usize) -> Result<&dyn ModuleT, ModelError> {
-        let slot = self
-            .modules
-            .get_mut(stage)
-            .ok_or(ModelError::NoStage(stage))?;
+    fn module(&mut self, stage: usize) -> Result<&dyn ModuleT, P3Error> {
+        let slot = self.modules.get_mut(stage).ok_or(P3Error::NoStage(stage))?;
         if slot.is_none() {
             let map: HashMap<String, Tensor> = self.specs[stage]
                 .iter()
@@ -526,7 +523,7 @@ impl CandleStageModel {
             let vb = VarBuilder::from_tensors(map, DType::F32, &Device::Cpu);
             *slot = Some((self.net.stages[stage].1)(vb)?);
         }
-        slot.as_deref().ok_or(ModelError::NoStage(stage))
+        slot.as_deref().ok_or(P3Error::NoStage(stage))
     }
 
     /// This worker's rows of iteration `iter`: `[(iter * n_workers + worker) * batch, ..)`
@@ -546,7 +543,7 @@ impl CandleStageModel {
     pub fn whole_model_pass(
         &mut self,
         iter: u64,
-    ) -> Result<(Vec<Vec<f32>>, Duration, Duration), ModelError> {
+    ) -> Result<(Vec<Vec<f32>>, Duration, Duration), P3Error> {
         let start = Instant::now();
         let (mut x, y) = batch_tensors(&self.data, &self.rows(iter))?;
         for stage in 0..self.ranges.len() {
@@ -560,7 +557,7 @@ impl CandleStageModel {
     }
 
     /// Current values of every tensor, forward order.
-    pub fn params(&self) -> Result<Vec<Vec<f32>>, ModelError> {
+    pub fn params(&self) -> Result<Vec<Vec<f32>>, P3Error> {
         self.params
             .iter()
             .map(|p| Ok(p.as_tensor().flatten_all()?.to_vec1::<f32>()?))
@@ -569,7 +566,7 @@ impl CandleStageModel {
 }
 
 impl StageModel for CandleStageModel {
-    type Error = ModelError;
+    type Error = P3Error;
 
     fn stage_tensors(&self) -> Vec<Vec<u64>> {
         self.specs
@@ -578,14 +575,14 @@ impl StageModel for CandleStageModel {
             .collect()
     }
 
-    fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), ModelError> {
-        let &(stage, i) = self.owner.get(tensor).ok_or(ModelError::NoTensor(tensor))?;
+    fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), P3Error> {
+        let &(stage, i) = self.owner.get(tensor).ok_or(P3Error::NoTensor(tensor))?;
         self.params[tensor] = Self::var(tensor, &self.specs[stage][i], values)?;
         self.modules[stage] = None;
         Ok(())
     }
 
-    fn forward_stage(&mut self, iter: u64, stage: usize) -> Result<Duration, ModelError> {
+    fn forward_stage(&mut self, iter: u64, stage: usize) -> Result<Duration, P3Error> {
         let n = self.ranges.len();
         let input = if stage == 0 {
             let (x, y) = batch_tensors(&self.data, &self.rows(iter))?;
@@ -593,7 +590,7 @@ impl StageModel for CandleStageModel {
             x
         } else {
             let prev = self.outputs.get(stage - 1).and_then(Option::as_ref).ok_or(
-                ModelError::OutOfOrder {
+                P3Error::OutOfOrder {
                     stage,
                     what: "forward without input",
                 },
@@ -603,7 +600,7 @@ impl StageModel for CandleStageModel {
         };
         let out = self.module(stage)?.forward_t(&input, true)?;
         if stage + 1 == n {
-            let labels = self.labels.as_ref().ok_or(ModelError::OutOfOrder {
+            let labels = self.labels.as_ref().ok_or(P3Error::OutOfOrder {
                 stage,
                 what: "forward without labels",
             })?;
@@ -619,9 +616,9 @@ impl StageModel for CandleStageModel {
         Ok(Duration::ZERO)
     }
 
-    fn backward_stage(&mut self, stage: usize) -> Result<StageGrads, ModelError> {
+    fn backward_stage(&mut self, stage: usize) -> Result<StageGrads, P3Error> {
         let n = self.ranges.len();
-        let missing = ModelError::OutOfOrder {
+        let missing = P3Error::OutOfOrder {
             stage,
             what: "backward without gradient",
         };
@@ -629,7 +626,7 @@ impl StageModel for CandleStageModel {
             self.loss.take().ok_or(missing)?.backward()?
         } else {
             let g = self.grad_out.take().ok_or(missing)?;
-            let out = self.outputs[stage].take().ok_or(ModelError::OutOfOrder {
+            let out = self.outputs[stage].take().ok_or(P3Error::OutOfOrder {
                 stage,
                 what: "backward before forward",
             })?;
@@ -641,7 +638,7 @@ impl StageModel for CandleStageModel {
             let g = input
                 .as_ref()
                 .and_then(|x| grads.get(x))
-                .ok_or(ModelError::OutOfOrder {
+                .ok_or(P3Error::OutOfOrder {
                     stage,
                     what: "no gradient for the stage's input",
                 })?;
@@ -660,14 +657,14 @@ impl StageModel for CandleStageModel {
 
 /// The network a saved model (the model file's `network` parameters) describes, checked
 /// against its stored tensors.
-pub fn saved_network(model: &petrel_ml::model::NetworkModel) -> Result<StagedNet, ModelError> {
+pub fn saved_network(model: &petrel_ml::model::NetworkModel) -> Result<StagedNet, P3Error> {
     // Before anything is built: building sizes every tensor by the declared fields.
     crate::models::architecture::check_architecture(model)?;
     let net = crate::models::nets::by_name(&model.net, &model.input, model.width, model.classes)
-        .ok_or_else(|| ModelError::UnknownNet(model.net.clone()))?;
+        .ok_or_else(|| P3Error::UnknownNet(model.net.clone()))?;
     let specs: Vec<TensorSpec> = net.specs()?.into_iter().flatten().collect();
     if specs.len() != model.tensors.len() {
-        return Err(ModelError::NoTensor(specs.len().min(model.tensors.len())));
+        return Err(P3Error::NoTensor(specs.len().min(model.tensors.len())));
     }
     for (t, (s, v)) in specs.iter().zip(&model.tensors).enumerate() {
         s.check(t, v)?;

@@ -14,7 +14,7 @@ use crate::error::P3Error;
 use crate::kit::{P3Job, StepStats};
 use crate::model_file::TrainedWith;
 use crate::models::staged::{evaluate, predict_probabilities, saved_network};
-use crate::models::{CandleStageModel, ModelError, StagedNet, nets};
+use crate::models::{CandleStageModel, StagedNet, nets};
 use crate::shells::worker_role;
 
 impl P3Settings {
@@ -146,7 +146,7 @@ pub fn tensor_names(
     classes: usize,
 ) -> Result<Vec<(String, Vec<usize>)>, P3Error> {
     let built = nets::by_name(net, input, width, classes)
-        .ok_or_else(|| P3Error::real_model(net, ModelError::UnknownNet(net.to_string())))?;
+        .ok_or_else(|| P3Error::real_model(net, P3Error::UnknownNet(net.to_string())))?;
     let specs = built
         .named_specs()
         .map_err(|e| P3Error::real_model(net, e))?;

@@ -54,10 +54,7 @@ fn config_rejects_bad_values_when_read() {
 /// builds that configuration with clippy).
 #[test]
 fn the_refusal_without_candle_names_the_network_and_the_feature() {
-    let chain = petrel_actors::error_chain(&P3Error::real_model(
-        "mlp",
-        crate::models::ModelError::NoCandle,
-    ));
+    let chain = petrel_actors::error_chain(&P3Error::real_model("mlp", P3Error::NoCandle));
     assert!(
         chain.contains("mlp") && chain.contains("`candle` feature"),
         "{chain}"

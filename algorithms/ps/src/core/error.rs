@@ -41,6 +41,9 @@ pub enum PsCoreError {
     /// Settings that cannot work (no tables, a shard id out of range, ...).
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A consistency name that is not one of `bsp`, `ssp`, `essp`, `async`.
+    #[error("unknown consistency {0:?} (expected bsp, ssp, essp or async)")]
+    UnknownConsistency(String),
     /// A table names a custom update rule that is not registered.
     #[error("unknown update rule {0:?}")]
     UnknownRule(String),

@@ -89,20 +89,15 @@ pub enum ConsistencyModel {
     Async,
 }
 
-/// A consistency name that is not one of `bsp`, `ssp`, `essp`, `async`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown consistency {0:?} (expected bsp, ssp, essp or async)")]
-pub struct UnknownConsistency(pub String);
-
 impl std::str::FromStr for ConsistencyModel {
-    type Err = UnknownConsistency;
-    fn from_str(s: &str) -> Result<Self, UnknownConsistency> {
+    type Err = PsCoreError;
+    fn from_str(s: &str) -> Result<Self, PsCoreError> {
         match s.to_ascii_lowercase().as_str() {
             "bsp" => Ok(ConsistencyModel::Bsp),
             "ssp" => Ok(ConsistencyModel::Ssp),
             "essp" => Ok(ConsistencyModel::Essp),
             "async" => Ok(ConsistencyModel::Async),
-            _ => Err(UnknownConsistency(s.to_string())),
+            _ => Err(PsCoreError::UnknownConsistency(s.to_string())),
         }
     }
 }

@@ -228,9 +228,6 @@ pub(crate) fn finish(
 ) -> Result<(), PsError> {
     run.finish_run(dir, files, advice).map_err(|e| match e {
         FinishError::Diverged(d) => PsError::Diverged(d),
-        FinishError::Write(w) => PsError::Write {
-            path: w.path,
-            source: w.source,
-        },
+        FinishError::Write { path, source } => PsError::Write { path, source },
     })
 }

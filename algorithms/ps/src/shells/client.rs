@@ -65,34 +65,6 @@ impl Handler<Msg<ToClient>> for ClientInbox {
     }
 }
 
-/// Errors of the client library.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The client core refused (an unknown table, a delta that does not fit, ...).
-    #[error(transparent)]
-    Core(#[from] PsCoreError),
-    /// A shard sent something the core refused, or a send failed.
-    #[error("worker {worker}: {what}")]
-    Failed {
-        /// The worker.
-        worker: u32,
-        /// What failed.
-        what: String,
-    },
-    /// A read or barrier got no answer in time.
-    #[error("worker {worker}: no answer from ps shard {shard} (node {node}) within {timeout:?}")]
-    Timeout {
-        /// The waiting worker.
-        worker: u32,
-        /// The shard it waits for.
-        shard: u32,
-        /// That shard's node.
-        node: String,
-        /// How long it waited.
-        timeout: Duration,
-    },
-}
-
 /// A pull started by [`PsClient::pull`]; [`PsClient::wait_pull`] returns its rows.
 #[derive(Debug, Clone, PartialEq)]
 #[must_use = "a pull ticket does nothing until waited on"]
@@ -194,21 +166,21 @@ impl PsClient {
         self.shared.borrow().stop.clone()
     }
 
-    fn failed(&self, what: String) -> ClientError {
-        ClientError::Failed {
+    fn failed(&self, what: String) -> PsError {
+        PsError::ClientFailed {
             worker: self.worker,
             what,
         }
     }
 
-    fn check(&self) -> Result<(), ClientError> {
+    fn check(&self) -> Result<(), PsError> {
         match &self.shared.borrow().error {
             Some(e) => Err(self.failed(e.clone())),
             None => Ok(()),
         }
     }
 
-    fn send(&self, shard: u32, msg: ToShard) -> Result<(), ClientError> {
+    fn send(&self, shard: u32, msg: ToShard) -> Result<(), PsError> {
         let r = (self.shards.get(shard as usize))
             .ok_or_else(|| self.failed(format!("no shard {shard}")))?;
         r.tell(msg, PS_PRIORITY).map_err(|e| {
@@ -233,7 +205,7 @@ impl PsClient {
         self.reads.set(r);
     }
 
-    fn send_reads(&self, reqs: Vec<ReadRequest>, sync: bool) -> Result<(), ClientError> {
+    fn send_reads(&self, reqs: Vec<ReadRequest>, sync: bool) -> Result<(), PsError> {
         let mut per: HashMap<u32, Vec<ReadRequest>> = HashMap::new();
         for r in reqs {
             per.entry(r.shard).or_default().push(r);
@@ -255,11 +227,11 @@ impl PsClient {
         Ok(())
     }
 
-    async fn wait_notified(&self, shard_hint: u32) -> Result<(), ClientError> {
+    async fn wait_notified(&self, shard_hint: u32) -> Result<(), PsError> {
         let n = self.notify.notified();
         match tokio::time::timeout(self.timeout, n).await {
             Ok(()) => self.check(),
-            Err(_) => Err(ClientError::Timeout {
+            Err(_) => Err(PsError::ClientTimeout {
                 worker: self.worker,
                 shard: shard_hint,
                 node: self
@@ -274,13 +246,13 @@ impl PsClient {
     }
 
     /// `Get(table, row)` under the table's consistency model, own writes included.
-    pub async fn get(&self, table: TableId, row: RowId) -> Result<Row, ClientError> {
+    pub async fn get(&self, table: TableId, row: RowId) -> Result<Row, PsError> {
         let mut rows = self.get_many(table, &[row]).await?;
         rows.pop().ok_or_else(|| self.failed("empty get".into()))
     }
 
     /// `Get` of many rows at once (round trips overlap), in the order asked.
-    pub async fn get_many(&self, table: TableId, rows: &[RowId]) -> Result<Vec<Row>, ClientError> {
+    pub async fn get_many(&self, table: TableId, rows: &[RowId]) -> Result<Vec<Row>, PsError> {
         self.check()?;
         let out = self.read_rows(table, rows).await?;
         Ok(out.into_iter().map(SharedRow::into_row).collect())
@@ -288,11 +260,7 @@ impl PsClient {
 
     /// The read loop of `get_many` and `wait_pull`: `get_shared` every row, send the fetches,
     /// wait, repeat for the rows not yet served; counts round trips and time blocked.
-    async fn read_rows(
-        &self,
-        table: TableId,
-        rows: &[RowId],
-    ) -> Result<Vec<SharedRow>, ClientError> {
+    async fn read_rows(&self, table: TableId, rows: &[RowId]) -> Result<Vec<SharedRow>, PsError> {
         let mut out: Vec<Option<SharedRow>> = vec![None; rows.len()];
         let mut missing: Vec<usize> = (0..rows.len()).collect();
         let mut blocked: Option<(std::time::Instant, bool)> = None;
@@ -354,14 +322,14 @@ impl PsClient {
         &self,
         table: TableId,
         rows: &[RowId],
-    ) -> Result<Vec<SharedRow>, ClientError> {
+    ) -> Result<Vec<SharedRow>, PsError> {
         let ticket = self.pull(table, rows)?;
         self.wait_pull(ticket).await
     }
 
     /// Starts a pull of `rows` (ps-lite's `Pull`): rows the cache cannot serve are requested
     /// now; [`wait_pull`](Self::wait_pull) returns them, within the bound at its clock.
-    pub fn pull(&self, table: TableId, rows: &[RowId]) -> Result<PullTicket, ClientError> {
+    pub fn pull(&self, table: TableId, rows: &[RowId]) -> Result<PullTicket, PsError> {
         self.check()?;
         self.request_rows(table, rows, ClientCore::pull_request)?;
         Ok(PullTicket {
@@ -371,23 +339,18 @@ impl PsClient {
     }
 
     /// Waits for a pull's rows (in the order asked), shared with the cache.
-    pub async fn wait_pull(&self, ticket: PullTicket) -> Result<Vec<SharedRow>, ClientError> {
+    pub async fn wait_pull(&self, ticket: PullTicket) -> Result<Vec<SharedRow>, PsError> {
         self.read_rows(ticket.table, &ticket.rows).await
     }
 
     /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) taking the delta by value.
-    pub fn push(&self, table: TableId, row: RowId, delta: Row) -> Result<(), ClientError> {
+    pub fn push(&self, table: TableId, row: RowId, delta: Row) -> Result<(), PsError> {
         Ok(self.shared.borrow_mut().core.push(table, row, delta)?)
     }
 
     /// A push sent at once as an early batch (ps-lite's `Push` + `Wait`):
     /// [`wait_push`](Self::wait_push) returns once the shard applied it.
-    pub fn push_now(
-        &self,
-        table: TableId,
-        row: RowId,
-        delta: Row,
-    ) -> Result<PushTicket, ClientError> {
+    pub fn push_now(&self, table: TableId, row: RowId, delta: Row) -> Result<PushTicket, PsError> {
         self.check()?;
         let (batch, ticket) = self.shared.borrow_mut().core.push_now(table, row, delta)?;
         let shard = batch.shard;
@@ -402,7 +365,7 @@ impl PsClient {
     }
 
     /// Waits until the shard of `ticket` has applied its push.
-    pub async fn wait_push(&self, ticket: &PushTicket) -> Result<(), ClientError> {
+    pub async fn wait_push(&self, ticket: &PushTicket) -> Result<(), PsError> {
         loop {
             if self.shared.borrow().core.push_done(ticket) {
                 return self.check();
@@ -413,7 +376,7 @@ impl PsClient {
     }
 
     /// Starts non-blocking refreshes of `rows` (for `Async` tables, never expiring otherwise).
-    pub fn prefetch(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
+    pub fn prefetch(&self, table: TableId, rows: &[RowId]) -> Result<(), PsError> {
         self.request_rows(table, rows, ClientCore::prefetch)?;
         Ok(())
     }
@@ -424,7 +387,7 @@ impl PsClient {
         table: TableId,
         rows: &[RowId],
         request: impl Fn(&mut ClientCore, TableId, RowId) -> Result<Option<ReadRequest>, PsCoreError>,
-    ) -> Result<u64, ClientError> {
+    ) -> Result<u64, PsError> {
         let reqs = {
             let mut s = self.shared.borrow_mut();
             (rows.iter())
@@ -438,7 +401,7 @@ impl PsClient {
 
     /// Bösen's per-clock prefetch: requests now every row of `rows` the *next* clock could
     /// not read from the cache, so the round trip overlaps this clock's compute.
-    pub fn prefetch_next_clock(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
+    pub fn prefetch_next_clock(&self, table: TableId, rows: &[RowId]) -> Result<(), PsError> {
         self.check()?;
         let n = self.request_rows(table, rows, ClientCore::prefetch_next_clock)?;
         self.count_reads(|c| c.rows_ahead += n);
@@ -446,17 +409,17 @@ impl PsClient {
     }
 
     /// `Inc(table, row, col, delta)`.
-    pub fn inc(&self, table: TableId, row: RowId, col: u32, delta: f32) -> Result<(), ClientError> {
+    pub fn inc(&self, table: TableId, row: RowId, col: u32, delta: f32) -> Result<(), PsError> {
         Ok(self.shared.borrow_mut().core.inc(table, row, col, delta)?)
     }
 
     /// `BatchInc(table, row, deltas)`.
-    pub fn batch_inc(&self, table: TableId, row: RowId, delta: &Row) -> Result<(), ClientError> {
+    pub fn batch_inc(&self, table: TableId, row: RowId, delta: &Row) -> Result<(), PsError> {
         Ok(self.shared.borrow_mut().core.batch_inc(table, row, delta)?)
     }
 
     /// `Clock()`: flushes the oplog to every shard and advances this worker's clock.
-    pub fn clock(&self) -> Result<(), ClientError> {
+    pub fn clock(&self) -> Result<(), PsError> {
         self.check()?;
         let (batches, observed, clock) = {
             let mut s = self.shared.borrow_mut();
@@ -475,7 +438,7 @@ impl PsClient {
     }
 
     /// `GlobalBarrier()`: `clock()`, then waits until every worker completed it on every shard.
-    pub async fn barrier(&self) -> Result<(), ClientError> {
+    pub async fn barrier(&self) -> Result<(), PsError> {
         self.clock()?;
         let reqs = {
             let mut s = self.shared.borrow_mut();
@@ -497,7 +460,7 @@ impl PsClient {
 
     /// Managed communication: one tick of `manager`, sending the oplog rows it picks as
     /// early batches. Returns the number of rows sent.
-    pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, ClientError> {
+    pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, PsError> {
         self.check()?;
         let batches = manager.tick(&mut self.shared.borrow_mut().core);
         let mut rows = 0;
@@ -509,7 +472,7 @@ impl PsClient {
     }
 
     /// Tells every shard this worker is done (it stops holding back their min clocks).
-    pub fn leave(&self) -> Result<(), ClientError> {
+    pub fn leave(&self) -> Result<(), PsError> {
         for s in 0..self.layout.n_shards() {
             self.send(
                 s,

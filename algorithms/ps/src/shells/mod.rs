@@ -19,7 +19,7 @@ pub mod messages;
 mod query;
 mod shard;
 
-pub use client::{ClientError, ClientInbox, PsClient, PullTicket};
+pub use client::{ClientInbox, PsClient, PullTicket};
 pub use layout::{PsLayout, TablesBuilder};
 pub use messages::{
     PS_PRIORITY, ShardQuery, ShardState, ToClient, ToShard, client_actor_name, shard_actor_name,

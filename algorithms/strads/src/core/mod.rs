@@ -20,12 +20,15 @@ pub mod ring;
 pub mod scheduler;
 pub mod tuning;
 
+use app::BlockId;
+use ring::BlockOrigin;
 use std::sync::Arc;
 
-/// What a STRADS model or an app half rejects: caller mistakes (shapes, parameters), a
-/// message that breaks the round protocol, a broken invariant, or an app's own failure
-/// (e.g. checkpoint I/O) with its cause chain. Cheap to clone: a poisoned worker repeats
-/// its first error to every later request.
+/// What a STRADS model, an app half or a round-protocol core rejects: caller mistakes
+/// (shapes, parameters), a message that breaks the round protocol, a broken invariant, a
+/// pipeline or ring worker that broke its rules, or an app's own failure (e.g. checkpoint
+/// I/O) with its cause chain. Cheap to clone: a poisoned worker repeats its first error to
+/// every later request.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StradsModelError {
     /// Two inputs that must agree in size do not.
@@ -47,21 +50,142 @@ pub enum StradsModelError {
     /// An app-specific failure, with its cause chain.
     #[error(transparent)]
     App(Arc<dyn std::error::Error + Send + Sync + 'static>),
+    /// The app answered `Wait` with nothing in flight: it would wait forever.
+    #[error("app waits at round {round} with nothing in flight")]
+    WaitWithNothingInFlight {
+        /// The round offered.
+        round: u64,
+    },
+    /// A round committed before an older one.
+    #[error("commit of round {round} out of order (expected {expected})")]
+    CommitOutOfOrder {
+        /// The round that committed.
+        round: u64,
+        /// The oldest round in flight.
+        expected: u64,
+    },
+    /// The scheduler loop awaited a round, but none was in flight.
+    #[error("pipeline empty while awaiting a round")]
+    PipelineEmpty,
+    /// Two initial blocks with one id.
+    #[error("worker {worker}: initial block {block} given twice")]
+    DuplicateInitialBlock {
+        /// The worker.
+        worker: u32,
+        /// The block id.
+        block: BlockId,
+    },
+    /// The worker index is not a ring position.
+    #[error("worker index {worker} outside a ring of {ring}")]
+    IndexOutsideRing {
+        /// The worker index.
+        worker: u32,
+        /// The ring's size.
+        ring: usize,
+    },
+    /// A block arrived that the worker already holds.
+    #[error(
+        "protocol error: worker {worker} already holds block {block} and {source_of} (round {round}): two workers would update one block"
+    )]
+    AlreadyHeld {
+        /// The worker.
+        worker: u32,
+        /// The block id.
+        block: BlockId,
+        /// Where the second copy came from.
+        source_of: BlockOrigin,
+        /// The round that produced the second copy.
+        round: u64,
+    },
+    /// The block version was produced in the dispatch's round or later.
+    #[error(
+        "protocol error: worker {worker} got block {block} produced in round {produced} for round {round}"
+    )]
+    StaleBlock {
+        /// The worker.
+        worker: u32,
+        /// The block id.
+        block: BlockId,
+        /// Round that produced the held version.
+        produced: u64,
+        /// Round of the dispatch.
+        round: u64,
+    },
+    /// A push returned a block although its task needed none.
+    #[error(
+        "worker {worker}: the push of round {round} returned a block for a task that needs none"
+    )]
+    BlockForNoTask {
+        /// The worker.
+        worker: u32,
+        /// The round.
+        round: u64,
+    },
+    /// A push passed its block to a worker outside the ring.
+    #[error(
+        "worker {worker}: round {round} passes block {block} to worker {to}, but the ring has {ring} workers"
+    )]
+    PassOutsideRing {
+        /// The worker.
+        worker: u32,
+        /// The round.
+        round: u64,
+        /// The block id.
+        block: BlockId,
+        /// The receiving index.
+        to: u32,
+        /// The ring's size.
+        ring: usize,
+    },
+    /// A ring worker's push failed (the block it held is gone).
+    #[error("worker {worker} push of round {round}: {source}")]
+    RingPush {
+        /// The worker.
+        worker: u32,
+        /// The round.
+        round: u64,
+        /// The app's error.
+        #[source]
+        source: Box<StradsModelError>,
+    },
+    /// A ring worker's commit failed (its state is inconsistent).
+    #[error("worker {worker} commit of round {round}: {source}")]
+    RingCommit {
+        /// The worker.
+        worker: u32,
+        /// The round.
+        round: u64,
+        /// The app's error.
+        #[source]
+        source: Box<StradsModelError>,
+    },
+    /// The shell could not hand a block to the next worker.
+    #[error("worker {worker} handoff of block {block} to worker {to}: {reason}")]
+    HandoffFailed {
+        /// The worker.
+        worker: u32,
+        /// The block id.
+        block: BlockId,
+        /// The receiving index.
+        to: u32,
+        /// The transport's reason.
+        reason: String,
+    },
+    /// The ring worker failed before this request.
+    #[error("worker {worker} failed earlier: {first}")]
+    FailedEarlier {
+        /// The worker.
+        worker: u32,
+        /// Its first error.
+        first: Box<StradsModelError>,
+    },
 }
 
 impl PartialEq for StradsModelError {
     /// Equal variants with equal text (an app error compares by its message).
     fn eq(&self, other: &Self) -> bool {
-        use StradsModelError::*;
-        match (self, other) {
-            (DimensionMismatch(a), DimensionMismatch(b))
-            | (InvalidConfig(a), InvalidConfig(b))
-            | (Protocol(a), Protocol(b))
-            | (Invariant(a), Invariant(b))
-            | (CheckpointState(a), CheckpointState(b)) => a == b,
-            (App(a), App(b)) => a.to_string() == b.to_string(),
-            _ => false,
-        }
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
     }
 }
 

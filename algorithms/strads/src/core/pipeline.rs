@@ -3,6 +3,7 @@
 //! Both the actor loop ([`crate::shells::run_scheduler`]) and the serial driver
 //! ([`crate::kit::serial`]) ask [`PipelineCore::next_action`] what to do.
 
+use super::StradsModelError;
 use super::app::Step;
 
 /// The rounds of one scheduler (plain data).
@@ -23,28 +24,6 @@ pub enum PipelineAction {
     AwaitOldest,
     /// Nothing in flight and no more rounds: stop.
     Stop,
-}
-
-/// A scheduler loop or an app broke the pipeline's rules.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PipelineError {
-    /// The app answered `Wait` with nothing in flight: it would wait forever.
-    #[error("app waits at round {round} with nothing in flight")]
-    WaitWithNothingInFlight {
-        /// The round offered.
-        round: u64,
-    },
-    /// A round committed before an older one.
-    #[error("commit of round {round} out of order (expected {expected})")]
-    CommitOutOfOrder {
-        /// The round that committed.
-        round: u64,
-        /// The oldest round in flight.
-        expected: u64,
-    },
-    /// The loop awaited a round, but none was in flight.
-    #[error("pipeline empty while awaiting a round")]
-    Empty,
 }
 
 impl PipelineCore {
@@ -96,7 +75,7 @@ impl PipelineCore {
 
     /// The app's answer for the round offered by [`PipelineAction::Schedule`]: the round
     /// number when it runs. A `Wait` with nothing in flight is an error (a deadlock).
-    pub fn scheduled<T>(&mut self, step: &Step<T>) -> Result<Option<u64>, PipelineError> {
+    pub fn scheduled<T>(&mut self, step: &Step<T>) -> Result<Option<u64>, StradsModelError> {
         match step {
             Step::Run(_) => {
                 self.next_round += 1;
@@ -106,7 +85,7 @@ impl PipelineCore {
                 self.done = true;
                 Ok(None)
             }
-            Step::Wait if self.in_flight() == 0 => Err(PipelineError::WaitWithNothingInFlight {
+            Step::Wait if self.in_flight() == 0 => Err(StradsModelError::WaitWithNothingInFlight {
                 round: self.next_round,
             }),
             Step::Wait => Ok(None),
@@ -119,9 +98,9 @@ impl PipelineCore {
     }
 
     /// The oldest in-flight round committed.
-    pub fn committed(&mut self, round: u64) -> Result<(), PipelineError> {
+    pub fn committed(&mut self, round: u64) -> Result<(), StradsModelError> {
         if round != self.next_commit || self.in_flight() == 0 {
-            return Err(PipelineError::CommitOutOfOrder {
+            return Err(StradsModelError::CommitOutOfOrder {
                 round,
                 expected: self.next_commit,
             });
@@ -158,7 +137,7 @@ mod tests {
         let mut core = PipelineCore::new(3);
         assert_eq!(
             core.scheduled::<()>(&Step::Wait),
-            Err(PipelineError::WaitWithNothingInFlight { round: 0 })
+            Err(StradsModelError::WaitWithNothingInFlight { round: 0 })
         );
         core.scheduled(&Step::Run(Plan::All(()))).unwrap();
         assert_eq!(core.scheduled::<()>(&Step::Wait), Ok(None));
@@ -182,7 +161,7 @@ mod tests {
         assert_eq!(core.in_flight(), 1);
         assert_eq!(
             core.committed(0),
-            Err(PipelineError::CommitOutOfOrder {
+            Err(StradsModelError::CommitOutOfOrder {
                 round: 0,
                 expected: 40
             })

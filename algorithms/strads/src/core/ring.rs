@@ -17,123 +17,6 @@ use super::StradsModelError;
 use super::app::{BlockFate, BlockId};
 use std::collections::{BTreeMap, VecDeque};
 
-/// Why a ring worker failed (it stays failed: its blocks may be gone).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RingError {
-    /// Two initial blocks with one id.
-    #[error("worker {worker}: initial block {block} given twice")]
-    DuplicateInitialBlock {
-        /// The worker.
-        worker: u32,
-        /// The block id.
-        block: BlockId,
-    },
-    /// The worker index is not a ring position.
-    #[error("worker index {worker} outside a ring of {ring}")]
-    IndexOutsideRing {
-        /// The worker index.
-        worker: u32,
-        /// The ring's size.
-        ring: usize,
-    },
-    /// A block arrived that the worker already holds.
-    #[error(
-        "protocol error: worker {worker} already holds block {block} and {source_of} (round {round}): two workers would update one block"
-    )]
-    AlreadyHeld {
-        /// The worker.
-        worker: u32,
-        /// The block id.
-        block: BlockId,
-        /// Where the second copy came from.
-        source_of: BlockOrigin,
-        /// The round that produced the second copy.
-        round: u64,
-    },
-    /// The block version was produced in the dispatch's round or later.
-    #[error(
-        "protocol error: worker {worker} got block {block} produced in round {produced} for round {round}"
-    )]
-    StaleBlock {
-        /// The worker.
-        worker: u32,
-        /// The block id.
-        block: BlockId,
-        /// Round that produced the held version.
-        produced: u64,
-        /// Round of the dispatch.
-        round: u64,
-    },
-    /// A push returned a block although its task needed none.
-    #[error(
-        "worker {worker}: the push of round {round} returned a block for a task that needs none"
-    )]
-    BlockForNoTask {
-        /// The worker.
-        worker: u32,
-        /// The round.
-        round: u64,
-    },
-    /// A push passed its block to a worker outside the ring.
-    #[error(
-        "worker {worker}: round {round} passes block {block} to worker {to}, but the ring has {ring} workers"
-    )]
-    PassOutsideRing {
-        /// The worker.
-        worker: u32,
-        /// The round.
-        round: u64,
-        /// The block id.
-        block: BlockId,
-        /// The receiving index.
-        to: u32,
-        /// The ring's size.
-        ring: usize,
-    },
-    /// The app's push failed (the block it held is gone).
-    #[error("worker {worker} push of round {round}: {source}")]
-    Push {
-        /// The worker.
-        worker: u32,
-        /// The round.
-        round: u64,
-        /// The app's error.
-        #[source]
-        source: StradsModelError,
-    },
-    /// The app's commit failed (its state is inconsistent).
-    #[error("worker {worker} commit of round {round}: {source}")]
-    Commit {
-        /// The worker.
-        worker: u32,
-        /// The round.
-        round: u64,
-        /// The app's error.
-        #[source]
-        source: StradsModelError,
-    },
-    /// The shell could not hand a block to the next worker.
-    #[error("worker {worker} handoff of block {block} to worker {to}: {reason}")]
-    HandoffFailed {
-        /// The worker.
-        worker: u32,
-        /// The block id.
-        block: BlockId,
-        /// The receiving index.
-        to: u32,
-        /// The transport's reason.
-        reason: String,
-    },
-    /// The worker failed before this request.
-    #[error("worker {worker} failed earlier: {first}")]
-    FailedEarlier {
-        /// The worker.
-        worker: u32,
-        /// Its first error.
-        first: Box<RingError>,
-    },
-}
-
 /// Where a second copy of a held block came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockOrigin {
@@ -206,7 +89,7 @@ pub enum Ready<T, C, B, R> {
 #[derive(Debug, PartialEq)]
 pub struct Poisoned<R> {
     /// Why.
-    pub reason: RingError,
+    pub reason: StradsModelError,
     /// Replies still owed.
     pub orphans: Vec<R>,
 }
@@ -219,7 +102,7 @@ pub struct RingCore<T, C, B, R> {
     worker: u32,
     held: BTreeMap<BlockId, Held<B>>,
     queue: VecDeque<Queued<T, C, R>>,
-    failed: Option<RingError>,
+    failed: Option<StradsModelError>,
 }
 
 impl<T, C, B, R> RingCore<T, C, B, R> {
@@ -227,7 +110,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
     pub fn new(
         worker: u32,
         initial: impl IntoIterator<Item = (BlockId, B)>,
-    ) -> Result<Self, RingError> {
+    ) -> Result<Self, StradsModelError> {
         let mut held = BTreeMap::new();
         for (id, block) in initial {
             let fresh = Held {
@@ -235,7 +118,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
                 produced: None,
             };
             if held.insert(id, fresh).is_some() {
-                return Err(RingError::DuplicateInitialBlock { worker, block: id });
+                return Err(StradsModelError::DuplicateInitialBlock { worker, block: id });
             }
         }
         Ok(RingCore {
@@ -252,7 +135,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
     }
 
     /// Why the worker failed, once it has.
-    pub fn failed(&self) -> Option<&RingError> {
+    pub fn failed(&self) -> Option<&StradsModelError> {
         self.failed.as_ref()
     }
 
@@ -277,9 +160,9 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
     pub fn restore_held(
         &mut self,
         blocks: impl IntoIterator<Item = (BlockId, Option<u64>, B)>,
-    ) -> Result<(), RingError> {
+    ) -> Result<(), StradsModelError> {
         if let Some(first) = &self.failed {
-            return Err(RingError::FailedEarlier {
+            return Err(StradsModelError::FailedEarlier {
                 worker: self.worker,
                 first: Box::new(first.clone()),
             });
@@ -287,7 +170,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
         let mut held = BTreeMap::new();
         for (id, produced, block) in blocks {
             if held.insert(id, Held { block, produced }).is_some() {
-                return Err(RingError::DuplicateInitialBlock {
+                return Err(StradsModelError::DuplicateInitialBlock {
                     worker: self.worker,
                     block: id,
                 });
@@ -314,7 +197,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
 
     /// Marks the worker failed (the first reason stays) and hands back every queued
     /// dispatch's reply.
-    pub fn poison(&mut self, reason: RingError) -> Poisoned<R> {
+    pub fn poison(&mut self, reason: StradsModelError) -> Poisoned<R> {
         let reason = self.failed.get_or_insert(reason).clone();
         let orphans = self
             .queue
@@ -328,12 +211,15 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
     }
 
     fn failed_reply(&self, reply: R) -> Poisoned<R> {
-        let first = self.failed.clone().unwrap_or(RingError::IndexOutsideRing {
-            worker: self.worker,
-            ring: 0,
-        });
+        let first = self
+            .failed
+            .clone()
+            .unwrap_or(StradsModelError::IndexOutsideRing {
+                worker: self.worker,
+                ring: 0,
+            });
         Poisoned {
-            reason: RingError::FailedEarlier {
+            reason: StradsModelError::FailedEarlier {
                 worker: self.worker,
                 first: Box::new(first),
             },
@@ -383,7 +269,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
             return Ok(());
         }
         if self.held.contains_key(&id) {
-            let reason = RingError::AlreadyHeld {
+            let reason = StradsModelError::AlreadyHeld {
                 worker: self.worker,
                 block: id,
                 source_of: origin,
@@ -441,7 +327,7 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
                 if let Some(produced) = held.produced
                     && produced >= round
                 {
-                    let reason = RingError::StaleBlock {
+                    let reason = StradsModelError::StaleBlock {
                         worker: self.worker,
                         block: id,
                         produced,
@@ -481,7 +367,7 @@ pub fn settle<T, C, B, R>(
     round: u64,
     need: Option<BlockId>,
     fate: BlockFate<B>,
-) -> Result<Option<(u32, BlockId, B)>, RingError> {
+) -> Result<Option<(u32, BlockId, B)>, StradsModelError> {
     let (to, block) = match fate {
         BlockFate::Consumed => return Ok(None),
         BlockFate::Keep(block) => (core.worker(), block),
@@ -489,10 +375,10 @@ pub fn settle<T, C, B, R>(
     };
     let worker = core.worker();
     let Some(id) = need else {
-        return Err(RingError::BlockForNoTask { worker, round });
+        return Err(StradsModelError::BlockForNoTask { worker, round });
     };
     if to as usize >= ring_size {
-        return Err(RingError::PassOutsideRing {
+        return Err(StradsModelError::PassOutsideRing {
             worker,
             round,
             block: id,

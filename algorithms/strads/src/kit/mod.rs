@@ -13,14 +13,13 @@ pub mod serial;
 use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
 use crate::error::StradsError;
 use crate::shells::{
-    RoundCheckpointSettings, RoundCheckpointer, RunStats, SchedulerOptions, StradsRunError,
-    WorkerSet, ring_members, run_scheduler, run_scheduler_checkpointed, start_ring_worker,
-    start_worker,
+    RoundCheckpointSettings, RoundCheckpointer, RunStats, SchedulerOptions, WorkerSet,
+    ring_members, run_scheduler, run_scheduler_checkpointed, start_ring_worker, start_worker,
 };
 use petrel_actors::{Cluster, Node, NodeContext};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serial::{Delivery, SerialOptions, SerialRun, SerialRunError};
+use serial::{Delivery, SerialOptions, SerialRun};
 use std::marker::PhantomData;
 use std::path::Path;
 
@@ -157,14 +156,14 @@ pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
         actor: &str,
         index: u32,
         workers: &[String],
-    ) -> Result<(), StradsRunError>;
+    ) -> Result<(), StradsError>;
 
     /// Runs `scheduler` against these workers in one thread.
     fn run_serial<S: Schedule<A>>(
         scheduler: &mut S,
         workers: Vec<Self>,
         opts: &SerialOptions,
-    ) -> Result<SerialRun, SerialRunError>;
+    ) -> Result<SerialRun, StradsError>;
 }
 
 /// Star routing: every task and partial goes through the scheduler ([`Push`]).
@@ -177,7 +176,7 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
         actor: &str,
         index: u32,
         _workers: &[String],
-    ) -> Result<(), StradsRunError> {
+    ) -> Result<(), StradsError> {
         start_worker::<A, W>(node, actor, index, self.0)?;
         Ok(())
     }
@@ -186,7 +185,7 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
         scheduler: &mut S,
         workers: Vec<Self>,
         opts: &SerialOptions,
-    ) -> Result<SerialRun, SerialRunError> {
+    ) -> Result<SerialRun, StradsError> {
         let mut workers: Vec<W> = workers.into_iter().map(|h| h.0).collect();
         serial::run_star(scheduler, &mut workers, opts)
     }
@@ -229,7 +228,7 @@ impl<A: RingApp, W: RingPush<A> + Send> WorkerHalf<A> for RingHalf<A, W> {
         actor: &str,
         index: u32,
         workers: &[String],
-    ) -> Result<(), StradsRunError> {
+    ) -> Result<(), StradsError> {
         let ring = ring_members(node, workers, actor)?;
         start_ring_worker::<A, W>(node, actor, index, ring, self.logic, self.initial)?;
         Ok(())
@@ -239,7 +238,7 @@ impl<A: RingApp, W: RingPush<A> + Send> WorkerHalf<A> for RingHalf<A, W> {
         scheduler: &mut S,
         workers: Vec<Self>,
         opts: &SerialOptions,
-    ) -> Result<SerialRun, SerialRunError> {
+    ) -> Result<SerialRun, StradsError> {
         let (mut logic, initial): (Vec<W>, Vec<_>) =
             workers.into_iter().map(|h| (h.logic, h.initial)).unzip();
         serial::run_ring(scheduler, &mut logic, initial, opts.delivery)

@@ -15,8 +15,9 @@
 
 use crate::core::StradsModelError;
 use crate::core::app::{BlockId, Plan, Push, RingApp, RingPush, Schedule, Step, StradsApp};
-use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
-use crate::core::ring::{Ready, RingCore, RingError, settle};
+use crate::core::pipeline::{PipelineAction, PipelineCore};
+use crate::core::ring::{Ready, RingCore, settle};
+use crate::error::StradsError;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -67,78 +68,9 @@ pub struct SerialRun {
     pub held: Vec<Vec<BlockId>>,
 }
 
-/// Why a serial run stopped.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SerialRunError {
-    /// The scheduler half rejected a round's partials.
-    #[error("round {round}: scheduler: {source}")]
-    Pull {
-        /// The round.
-        round: u64,
-        /// The app's error.
-        #[source]
-        source: StradsModelError,
-    },
-    /// A worker half failed (star routing).
-    #[error("round {round}: worker {worker}: {source}")]
-    Worker {
-        /// The round.
-        round: u64,
-        /// The worker.
-        worker: usize,
-        /// The app's error.
-        #[source]
-        source: StradsModelError,
-    },
-    /// A ring worker failed.
-    #[error(transparent)]
-    Ring(#[from] RingError),
-    /// The app broke the pipeline's rules.
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-    /// A per-worker plan does not have one task per worker.
-    #[error("round {round}: {tasks} tasks for {workers} workers")]
-    PlanSize {
-        /// The round.
-        round: u64,
-        /// Tasks in the plan.
-        tasks: usize,
-        /// Workers.
-        workers: usize,
-    },
-    /// No workers, or not one initial block list per worker.
-    #[error("{workers} workers with {lists} initial block lists")]
-    Shape {
-        /// Workers.
-        workers: usize,
-        /// Initial block lists.
-        lists: usize,
-    },
-    /// A worker never answered a dispatch (ring routing).
-    #[error("round {round}: worker {worker} {what}")]
-    Deadlock {
-        /// The round.
-        round: u64,
-        /// The worker.
-        worker: usize,
-        /// What it waits for and where that is.
-        what: String,
-    },
-    /// A block is in two places at once (ring routing).
-    #[error("block {block} is held twice: by {first} and by {second}")]
-    HeldTwice {
-        /// The block id.
-        block: BlockId,
-        /// One place.
-        first: String,
-        /// The other place.
-        second: String,
-    },
-}
-
-fn tasks_for<T: Clone>(plan: Plan<T>, round: u64, p: usize) -> Result<Vec<T>, SerialRunError> {
+fn tasks_for<T: Clone>(plan: Plan<T>, round: u64, p: usize) -> Result<Vec<T>, StradsError> {
     plan.into_tasks(p)
-        .map_err(|tasks| SerialRunError::PlanSize {
+        .map_err(|tasks| StradsError::SerialPlanSize {
             round,
             tasks,
             workers: p,
@@ -151,7 +83,7 @@ pub fn run_star<A, S, W>(
     app: &mut S,
     workers: &mut [W],
     opts: &SerialOptions,
-) -> Result<SerialRun, SerialRunError>
+) -> Result<SerialRun, StradsError>
 where
     A: StradsApp,
     S: Schedule<A>,
@@ -159,7 +91,7 @@ where
 {
     let (s, n) = (opts.scheduler, workers.len());
     if n == 0 {
-        return Err(SerialRunError::Shape {
+        return Err(StradsError::SerialShape {
             workers: 0,
             lists: 0,
         });
@@ -188,12 +120,13 @@ where
                         .zip(&tasks)
                         .enumerate()
                         .map(|(worker, (w, task))| {
-                            w.push_from(s, round, task)
-                                .map_err(|source| SerialRunError::Worker {
+                            w.push_from(s, round, task).map_err(|source| {
+                                StradsError::SerialWorker {
                                     round,
                                     worker,
                                     source,
-                                })
+                                }
+                            })
                         })
                         .collect::<Result<_, _>>()?;
                     pending.push_back((round, partials));
@@ -201,14 +134,15 @@ where
             }
             PipelineAction::AwaitOldest => {
                 waiting = false;
-                let (round, partials) = pending.pop_front().ok_or(PipelineError::Empty)?;
+                let (round, partials) =
+                    pending.pop_front().ok_or(StradsModelError::PipelineEmpty)?;
                 let aggregated = app
                     .pull(round, partials, elapsed())
-                    .map_err(|source| SerialRunError::Pull { round, source })?;
+                    .map_err(|source| StradsError::SerialPull { round, source })?;
                 core.committed(round)?;
                 for (worker, w) in workers.iter_mut().enumerate() {
                     w.commit_from(s, round, &aggregated).map_err(|source| {
-                        SerialRunError::Worker {
+                        StradsError::SerialWorker {
                             round,
                             worker,
                             source,
@@ -260,17 +194,17 @@ fn drain_ring_worker<A: RingApp, W: RingPush<A>>(
     ring: usize,
     transit: &mut Vec<SimEvent<A::Task, A::Block>>,
     partials: &mut [Option<A::Partial>],
-) -> Result<(), SerialRunError> {
+) -> Result<(), StradsError> {
     let index = w as u32;
     while let Some(ready) = core.next_ready().map_err(|p| p.reason)? {
         match ready {
             Ready::Commit { round, commit } => {
                 worker
                     .commit(round, &commit)
-                    .map_err(|source| RingError::Commit {
+                    .map_err(|source| StradsModelError::RingCommit {
                         worker: index,
                         round,
-                        source,
+                        source: Box::new(source),
                     })?
             }
             Ready::Push {
@@ -280,13 +214,13 @@ fn drain_ring_worker<A: RingApp, W: RingPush<A>>(
                 block,
                 reply,
             } => {
-                let out = worker
-                    .push(round, &task, block)
-                    .map_err(|source| RingError::Push {
+                let out = worker.push(round, &task, block).map_err(|source| {
+                    StradsModelError::RingPush {
                         worker: index,
                         round,
-                        source,
-                    })?;
+                        source: Box::new(source),
+                    }
+                })?;
                 if let Some((to, id, block)) = settle(core, ring, round, need, out.block)? {
                     transit.push(SimEvent::Handoff {
                         to: to as usize,
@@ -299,7 +233,7 @@ fn drain_ring_worker<A: RingApp, W: RingPush<A>>(
                 match partials.get_mut(reply) {
                     Some(slot) => *slot = Some(out.partial),
                     None => {
-                        return Err(SerialRunError::Deadlock {
+                        return Err(StradsError::Deadlock {
                             round,
                             worker: w,
                             what: "answered a dispatch after its round's commit".into(),
@@ -319,7 +253,7 @@ pub fn run_ring<A, S, W>(
     workers: &mut [W],
     initial: Vec<Vec<(BlockId, A::Block)>>,
     delivery: Delivery,
-) -> Result<SerialRun, SerialRunError>
+) -> Result<SerialRun, StradsError>
 where
     A: RingApp,
     S: Schedule<A>,
@@ -327,7 +261,7 @@ where
 {
     let p = workers.len();
     if p == 0 || initial.len() != p {
-        return Err(SerialRunError::Shape {
+        return Err(StradsError::SerialShape {
             workers: p,
             lists: initial.len(),
         });
@@ -347,7 +281,7 @@ where
         let round = match pipeline.next_action() {
             PipelineAction::Schedule(r) => r,
             // Depth 1: every round is pulled within its own iteration.
-            PipelineAction::AwaitOldest => return Err(PipelineError::Empty.into()),
+            PipelineAction::AwaitOldest => return Err(StradsModelError::PipelineEmpty.into()),
             PipelineAction::Stop => break,
         };
         let step = app.schedule(round, pipeline.in_flight());
@@ -400,7 +334,7 @@ where
         }
         let commit = app
             .pull(round, done, Duration::ZERO)
-            .map_err(|source| SerialRunError::Pull { round, source })?;
+            .map_err(|source| StradsError::SerialPull { round, source })?;
         pipeline.committed(round)?;
         for (w, (core, worker)) in cores.iter_mut().zip(workers.iter_mut()).enumerate() {
             core.commit(round, commit.clone());
@@ -432,7 +366,7 @@ where
 fn check_exclusive<A: RingApp>(
     cores: &[SimCore<A>],
     transit: &[SimEvent<A::Task, A::Block>],
-) -> Result<(), SerialRunError> {
+) -> Result<(), StradsError> {
     let mut seen: BTreeMap<BlockId, String> = BTreeMap::new();
     let places = cores
         .iter()
@@ -449,7 +383,7 @@ fn check_exclusive<A: RingApp>(
         }));
     for (id, place) in places {
         if let Some(first) = seen.insert(id, place.clone()) {
-            return Err(SerialRunError::HeldTwice {
+            return Err(StradsError::HeldTwice {
                 block: id,
                 first,
                 second: place,
@@ -464,9 +398,9 @@ fn deadlock<A: RingApp>(
     worker: usize,
     cores: &[SimCore<A>],
     transit: &[SimEvent<A::Task, A::Block>],
-) -> SerialRunError {
+) -> StradsError {
     let Some(id) = cores[worker].waiting_for() else {
-        return SerialRunError::Deadlock {
+        return StradsError::Deadlock {
             round,
             worker,
             what: "never answered".into(),
@@ -485,7 +419,7 @@ fn deadlock<A: RingApp>(
             })
         })
         .unwrap_or_else(|| "nowhere".into());
-    SerialRunError::Deadlock {
+    StradsError::Deadlock {
         round,
         worker,
         what: format!("waits for block {id}, which is {place}"),

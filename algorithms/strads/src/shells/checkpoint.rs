@@ -7,90 +7,24 @@
 
 use super::star::{SchedulerOptions, WorkerSet};
 use super::{RestoreRoundState, SaveRoundState};
-use crate::core::StradsModelError;
 use crate::core::app::{Schedule, StradsApp};
 use crate::core::checkpoint::{
     RoundCheckpointPolicy, SCHEDULER_PART, SCHEME, SchedulerRoundFile, WorkerRoundFile,
     checkpoint_mismatch, handoffs_settled, worker_part,
 };
+use crate::error::StradsError;
 use petrel_actors::checkpoint::{CheckpointError, CheckpointSet, PartEntry};
-use petrel_actors::error::AskError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How often a save is retried while blocks are still in transit between ring workers.
 const SETTLE_ATTEMPTS: u32 = 50;
 
-/// Errors of round checkpoints; each names the file, the round or the worker.
-#[derive(Debug, thiserror::Error)]
-pub enum RoundCheckpointError {
-    /// A file is missing, short, corrupt, of an older format or of another job, or none is
-    /// valid to resume from.
-    #[error("invalid checkpoint: {0}")]
-    Set(#[from] CheckpointError),
-    /// A file could not be encoded.
-    #[error("checkpoint encode: {0}")]
-    Encode(#[from] rmp_serde::encode::Error),
-    /// A worker could not save or restore.
-    #[error("checkpoint of round {round}: worker {worker} could not {what}: {source}")]
-    Worker {
-        /// `save` or `restore`.
-        what: &'static str,
-        /// The round.
-        round: u64,
-        /// The worker.
-        worker: usize,
-        /// The ask's error (with the worker's reason).
-        #[source]
-        source: AskError,
-    },
-    /// A worker answered for another index.
-    #[error("checkpoint of round {round}: worker {worker} answered as worker {answered}")]
-    WrongWorker {
-        /// The round.
-        round: u64,
-        /// The worker asked.
-        worker: usize,
-        /// The index it answered with.
-        answered: u32,
-    },
-    /// Ring blocks were still travelling after every retry.
-    #[error(
-        "checkpoint of round {round}: blocks still in transit between ring workers after {attempts} attempts"
-    )]
-    Unsettled {
-        /// The round.
-        round: u64,
-        /// Attempts made.
-        attempts: u32,
-    },
-    /// The app half could not snapshot or restore its state.
-    #[error("checkpoint of round {round}: {source}")]
-    App {
-        /// The round.
-        round: u64,
-        /// The app's error.
-        #[source]
-        source: StradsModelError,
-    },
-    /// The `fail_after` fault injection fired (a test hook).
-    #[error("fault injection: stopping after checkpoint of round {round} (fail_after = {limit})")]
-    FaultInjection {
-        /// The last checkpoint's round.
-        round: u64,
-        /// The limit.
-        limit: u64,
-    },
-}
-
 fn set(dir: &Path) -> CheckpointSet {
     CheckpointSet::new(dir, SCHEME)
 }
 
-fn decode<T: serde::de::DeserializeOwned>(
-    path: PathBuf,
-    bytes: &[u8],
-) -> Result<T, RoundCheckpointError> {
+fn decode<T: serde::de::DeserializeOwned>(path: PathBuf, bytes: &[u8]) -> Result<T, StradsError> {
     rmp_serde::from_slice(bytes).map_err(|e| {
         CheckpointError::Invalid {
             path,
@@ -102,7 +36,7 @@ fn decode<T: serde::de::DeserializeOwned>(
 
 /// Fails, naming `dir`, unless it holds a checkpoint manifest (not verified): `resume`'s
 /// check before any node starts.
-pub fn require_checkpoint(dir: &Path) -> Result<(), RoundCheckpointError> {
+pub fn require_checkpoint(dir: &Path) -> Result<(), StradsError> {
     if set(dir).rounds()?.is_empty() {
         return Err(CheckpointError::NoValid {
             dir: dir.to_path_buf(),
@@ -119,7 +53,7 @@ pub fn write_worker_round_file(
     msg: &SaveRoundState,
     worker: u32,
     file: &WorkerRoundFile,
-) -> Result<PartEntry, RoundCheckpointError> {
+) -> Result<PartEntry, StradsError> {
     let bytes = rmp_serde::to_vec(file)?;
     Ok(set(&msg.dir).write_part(msg.round, &worker_part(worker), &bytes)?)
 }
@@ -129,7 +63,7 @@ pub fn write_worker_round_file(
 pub fn read_worker_round_file(
     msg: &RestoreRoundState,
     worker: u32,
-) -> Result<WorkerRoundFile, RoundCheckpointError> {
+) -> Result<WorkerRoundFile, StradsError> {
     let set = set(&msg.dir);
     if msg.file.part != worker_part(worker) {
         return Err(CheckpointError::Invalid {
@@ -153,7 +87,7 @@ pub struct RoundCheckpointSettings {
     /// Continue from the newest valid checkpoint in `dir`.
     pub resume: bool,
     /// Fault injection for tests: the scheduler fails right after writing this many
-    /// checkpoints in this run ([`RoundCheckpointError::FaultInjection`]).
+    /// checkpoints in this run ([`StradsError::FaultInjection`]).
     pub fail_after: Option<u64>,
 }
 
@@ -235,7 +169,7 @@ impl RoundCheckpointer {
     /// A fresh run (not resuming) makes the checkpoints already in its directory obsolete:
     /// deletes their manifests, so that a restart of this run can only roll back to its own
     /// checkpoints (a directory of an older format is refused).
-    pub fn clear_stale(&self) -> Result<(), RoundCheckpointError> {
+    pub fn clear_stale(&self) -> Result<(), StradsError> {
         Ok(set(&self.settings.dir).clear()?)
     }
 
@@ -250,10 +184,10 @@ impl RoundCheckpointer {
         opts: &SchedulerOptions,
         round: u64,
         elapsed: Duration,
-    ) -> Result<(), RoundCheckpointError> {
+    ) -> Result<(), StradsError> {
         let Some(state) = app
             .snapshot_state()
-            .map_err(|source| RoundCheckpointError::App { round, source })?
+            .map_err(|source| StradsError::CheckpointApp { round, source })?
         else {
             tracing::debug!(app = %self.app, round, "the app takes no checkpoint here");
             return Ok(());
@@ -271,7 +205,7 @@ impl RoundCheckpointer {
             let saved = ask_all(&workers.save, msgs, opts, round, "save").await?;
             for (worker, s) in saved.iter().enumerate() {
                 if s.worker as usize != worker {
-                    return Err(RoundCheckpointError::WrongWorker {
+                    return Err(StradsError::CheckpointWrongWorker {
                         round,
                         worker,
                         answered: s.worker,
@@ -284,7 +218,7 @@ impl RoundCheckpointer {
                 break saved;
             }
             if attempt >= SETTLE_ATTEMPTS {
-                return Err(RoundCheckpointError::Unsettled {
+                return Err(StradsError::CheckpointUnsettled {
                     round,
                     attempts: attempt,
                 });
@@ -308,7 +242,7 @@ impl RoundCheckpointer {
         if let Some(limit) = self.settings.fail_after
             && self.written >= limit
         {
-            return Err(RoundCheckpointError::FaultInjection { round, limit });
+            return Err(StradsError::FaultInjection { round, limit });
         }
         Ok(())
     }
@@ -322,7 +256,7 @@ impl RoundCheckpointer {
         app: &mut S,
         workers: &WorkerSet<A>,
         opts: &SchedulerOptions,
-    ) -> Result<u64, RoundCheckpointError> {
+    ) -> Result<u64, StradsError> {
         let dir = self.settings.dir.clone();
         let n = workers.len();
         let (round, files, scheduler) = set(&dir).newest_valid(|ck| {
@@ -336,7 +270,7 @@ impl RoundCheckpointer {
             Ok((ck.round, files, scheduler))
         })?;
         app.restore_state(&scheduler.state)
-            .map_err(|source| RoundCheckpointError::App { round, source })?;
+            .map_err(|source| StradsError::CheckpointApp { round, source })?;
         let asks = files.into_iter().map(|file| RestoreRoundState {
             app: self.app.clone(),
             round,
@@ -359,7 +293,7 @@ async fn ask_all<M: petrel_messages::RemoteMessage>(
     opts: &SchedulerOptions,
     round: u64,
     what: &'static str,
-) -> Result<Vec<M::Reply>, RoundCheckpointError> {
+) -> Result<Vec<M::Reply>, StradsError> {
     let replies = futures::future::join_all(
         addrs
             .iter()
@@ -371,7 +305,7 @@ async fn ask_all<M: petrel_messages::RemoteMessage>(
         .into_iter()
         .enumerate()
         .map(|(worker, r)| {
-            r.map_err(|source| RoundCheckpointError::Worker {
+            r.map_err(|source| StradsError::CheckpointWorker {
                 what,
                 round,
                 worker,

@@ -26,12 +26,12 @@ pub mod star;
 pub use crate::core::app::{
     BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
 };
-pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
-pub use checkpoint::{RoundCheckpointError, RoundCheckpointSettings, RoundCheckpointer};
+pub use crate::core::pipeline::{PipelineAction, PipelineCore};
+pub use checkpoint::{RoundCheckpointSettings, RoundCheckpointer};
 pub use ring::{RingWorker, ring_members, start_ring_worker};
 pub use star::{
-    RunStats, SchedulerOptions, StradsRunError, StradsWorker, WorkerSet, run_scheduler,
-    run_scheduler_checkpointed, run_scheduler_from, start_worker,
+    RunStats, SchedulerOptions, StradsWorker, WorkerSet, run_scheduler, run_scheduler_checkpointed,
+    run_scheduler_from, start_worker,
 };
 
 /// Scheduler -> worker: the work of one round.

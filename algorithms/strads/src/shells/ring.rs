@@ -25,9 +25,10 @@ use super::checkpoint::{read_worker_round_file, write_worker_round_file};
 use super::{
     Commit, Dispatch, Handoff, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState,
 };
+use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, RingPush, StradsApp};
 use crate::core::checkpoint::{HeldBlockRecord, WorkerRoundFile};
-use crate::core::ring::{Poisoned, Ready, RingCore, RingError, settle};
+use crate::core::ring::{Poisoned, Ready, RingCore, settle};
 use actix::prelude::*;
 use futures::channel::oneshot;
 use petrel_actors::address::{ActorRef, Msg};
@@ -75,9 +76,9 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
         ring: Vec<ActorId>,
         logic: W,
         initial: Vec<(BlockId, A::Block)>,
-    ) -> Result<Self, RingError> {
+    ) -> Result<Self, StradsModelError> {
         if index as usize >= ring.len() {
-            return Err(RingError::IndexOutsideRing {
+            return Err(StradsModelError::IndexOutsideRing {
                 worker: index,
                 ring: ring.len(),
             });
@@ -131,10 +132,10 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
                 Err(poisoned) => return self.fail(poisoned),
                 Ok(Some(Ready::Commit { round, commit })) => {
                     if let Err(source) = self.logic.commit(round, &commit) {
-                        let p = self.core.poison(RingError::Commit {
+                        let p = self.core.poison(StradsModelError::RingCommit {
                             worker: self.index,
                             round,
-                            source,
+                            source: Box::new(source),
                         });
                         return self.fail(p);
                     }
@@ -173,15 +174,15 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
         task: &A::Task,
         block: Option<A::Block>,
         priority: Priority,
-    ) -> Result<A::Partial, RingError> {
-        let out = self
-            .logic
-            .push(round, task, block)
-            .map_err(|source| RingError::Push {
-                worker: self.index,
-                round,
-                source,
-            })?;
+    ) -> Result<A::Partial, StradsModelError> {
+        let out =
+            self.logic
+                .push(round, task, block)
+                .map_err(|source| StradsModelError::RingPush {
+                    worker: self.index,
+                    round,
+                    source: Box::new(source),
+                })?;
         if let Some((to, block_id, block)) =
             settle(&mut self.core, self.ring.len(), round, need, out.block)?
         {
@@ -192,7 +193,7 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
                 block,
             };
             let worker = self.index;
-            let failed = |reason: String| RingError::HandoffFailed {
+            let failed = |reason: String| StradsModelError::HandoffFailed {
                 worker,
                 block: block_id,
                 to,
@@ -379,7 +380,7 @@ pub fn start_ring_worker<A: RingApp, W: RingPush<A>>(
     ring: Vec<ActorId>,
     logic: W,
     initial: Vec<(BlockId, A::Block)>,
-) -> Result<Addr<RingWorker<A, W>>, super::StradsRunError> {
+) -> Result<Addr<RingWorker<A, W>>, crate::error::StradsError> {
     let worker = RingWorker::<A, W>::new(node.clone(), index, ring, logic, initial)?;
     let addr = worker.start();
     node.register(name, addr.clone())?

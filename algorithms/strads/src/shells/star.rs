@@ -2,20 +2,18 @@
 //! to every worker and their partials come back to it; [`StradsWorker`] is the worker
 //! actor. The decisions are the [`PipelineCore`]'s; this file only moves messages.
 
-use super::checkpoint::{
-    RoundCheckpointError, RoundCheckpointer, read_worker_round_file, write_worker_round_file,
-};
+use super::checkpoint::{RoundCheckpointer, read_worker_round_file, write_worker_round_file};
 use super::{Commit, Dispatch, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
 use crate::core::checkpoint::WorkerRoundFile;
-use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
-use crate::core::ring::RingError;
+use crate::core::pipeline::{PipelineAction, PipelineCore};
+use crate::error::StradsError;
 use actix::prelude::*;
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use petrel_actors::address::{ActorRef, Msg};
-use petrel_actors::error::{AskError, HandlerError, NodeError};
+use petrel_actors::error::{HandlerError, NodeError};
 use petrel_messages::Priority;
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
@@ -103,71 +101,6 @@ impl<A: StradsApp> WorkerSet<A> {
     }
 }
 
-/// Errors of the STRADS actor shells: a scheduler run, or starting a worker.
-#[derive(Debug, thiserror::Error)]
-pub enum StradsRunError {
-    /// A worker's push failed or timed out.
-    #[error("round {round}: worker {worker}: {source}")]
-    Worker {
-        /// The round.
-        round: u64,
-        /// The worker.
-        worker: usize,
-        /// The ask's error (with the worker's reason).
-        #[source]
-        source: AskError,
-    },
-    /// A worker answered for another round.
-    #[error("round {round}: worker {worker} answered for round {answered}")]
-    WrongRound {
-        /// The round asked.
-        round: u64,
-        /// The worker.
-        worker: usize,
-        /// The round answered.
-        answered: u64,
-    },
-    /// A per-worker plan does not have one task per worker.
-    #[error("round {round}: plan has {tasks} tasks for {workers} workers")]
-    PlanSize {
-        /// The round.
-        round: u64,
-        /// Tasks in the plan.
-        tasks: usize,
-        /// Workers.
-        workers: usize,
-    },
-    /// A commit could not be sent.
-    #[error("round {round}: commit to worker {worker}: {source}")]
-    Commit {
-        /// The round.
-        round: u64,
-        /// The worker.
-        worker: usize,
-        /// The send's error.
-        #[source]
-        source: AskError,
-    },
-    /// The scheduler half rejected the partials.
-    #[error("app: {0}")]
-    App(#[source] StradsModelError),
-    /// The loop or the app broke the pipeline's rules.
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-    /// There is no worker to dispatch to.
-    #[error("no workers")]
-    NoWorkers,
-    /// A ring worker could not be set up.
-    #[error(transparent)]
-    Ring(#[from] RingError),
-    /// Registering or resolving an actor failed.
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    /// A round checkpoint could not be written or restored.
-    #[error(transparent)]
-    Checkpoint(#[from] RoundCheckpointError),
-}
-
 /// What a finished scheduler reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunStats {
@@ -179,9 +112,7 @@ pub struct RunStats {
 
 type RoundFuture<A> = std::pin::Pin<
     Box<
-        dyn std::future::Future<
-                Output = Result<(u64, Vec<<A as StradsApp>::Partial>), StradsRunError>,
-            >,
+        dyn std::future::Future<Output = Result<(u64, Vec<<A as StradsApp>::Partial>), StradsError>>,
     >,
 >;
 
@@ -190,10 +121,10 @@ fn dispatch_round<A: StradsApp>(
     opts: &SchedulerOptions,
     round: u64,
     plan: Plan<A::Task>,
-) -> Result<RoundFuture<A>, StradsRunError> {
+) -> Result<RoundFuture<A>, StradsError> {
     let tasks = plan
         .into_tasks(workers.len())
-        .map_err(|tasks| StradsRunError::PlanSize {
+        .map_err(|tasks| StradsError::PlanSize {
             round,
             tasks,
             workers: workers.len(),
@@ -213,7 +144,7 @@ fn dispatch_round<A: StradsApp>(
             let (priority, timeout) = (opts.priority, opts.timeout);
             started_now(Box::pin(async move {
                 let reply = addr.ask(msg, priority, timeout).await.map_err(|source| {
-                    StradsRunError::Worker {
+                    StradsError::Worker {
                         round,
                         worker,
                         source,
@@ -221,7 +152,7 @@ fn dispatch_round<A: StradsApp>(
                 })?;
                 tracing::trace!(round, worker, "strads partial arrived");
                 if reply.round != round {
-                    return Err(StradsRunError::WrongRound {
+                    return Err(StradsError::WrongRound {
                         round,
                         worker,
                         answered: reply.round,
@@ -261,7 +192,7 @@ pub async fn run_scheduler<A: StradsApp, S: Schedule<A>>(
     app: &mut S,
     workers: &WorkerSet<A>,
     opts: &SchedulerOptions,
-) -> Result<RunStats, StradsRunError> {
+) -> Result<RunStats, StradsError> {
     run_scheduler_from(app, workers, opts, 0).await
 }
 
@@ -273,7 +204,7 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
     workers: &WorkerSet<A>,
     opts: &SchedulerOptions,
     first_round: u64,
-) -> Result<RunStats, StradsRunError> {
+) -> Result<RunStats, StradsError> {
     run_rounds(app, workers, opts, first_round, None).await
 }
 
@@ -287,9 +218,9 @@ pub async fn run_scheduler_checkpointed<A: StradsApp, S: Schedule<A>>(
     workers: &WorkerSet<A>,
     opts: &SchedulerOptions,
     checkpoints: &mut RoundCheckpointer,
-) -> Result<RunStats, StradsRunError> {
+) -> Result<RunStats, StradsError> {
     if workers.is_empty() {
-        return Err(StradsRunError::NoWorkers);
+        return Err(StradsError::EmptyWorkerSet);
     }
     let first_round = if checkpoints.resumes() {
         checkpoints.resume(app, workers, opts).await?
@@ -306,9 +237,9 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
     opts: &SchedulerOptions,
     first_round: u64,
     mut checkpoints: Option<&mut RoundCheckpointer>,
-) -> Result<RunStats, StradsRunError> {
+) -> Result<RunStats, StradsError> {
     if workers.is_empty() {
-        return Err(StradsRunError::NoWorkers);
+        return Err(StradsError::EmptyWorkerSet);
     }
     // A resumed run's clock continues from its checkpoint.
     let clock_start = checkpoints
@@ -347,13 +278,13 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
             PipelineAction::AwaitOldest => {
                 waiting = false;
                 let Some(result) = in_flight.next().await else {
-                    return Err(PipelineError::Empty.into());
+                    return Err(StradsModelError::PipelineEmpty.into());
                 };
                 let (round, partials) = result?;
                 tracing::trace!(round, "strads pull starts");
                 let commit = app
                     .pull(round, partials, elapsed())
-                    .map_err(StradsRunError::App)?;
+                    .map_err(StradsError::Pull)?;
                 tracing::trace!(round, "strads pull done");
                 core.committed(round)?;
                 if let Some(c) = checkpoints.as_deref_mut() {
@@ -372,7 +303,7 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                     .into_iter()
                     .enumerate()
                 {
-                    sent.map_err(|source| StradsRunError::Commit {
+                    sent.map_err(|source| StradsError::Commit {
                         round,
                         worker,
                         source,

@@ -63,7 +63,7 @@ fn builtin_names() {
     assert!(ModelProfile::builtin("sockeye").is_ok());
     assert!(matches!(
         ModelProfile::builtin("bert"),
-        Err(ProfileError::UnknownModel(_))
+        Err(P3CoreError::UnknownModel(_))
     ));
 }
 
@@ -154,10 +154,10 @@ fn clear_errors() {
     assert!(e.contains("p.json") && e.contains("JSON"), "{e}");
     assert!(matches!(
         ModelProfile::load("/nonexistent/x.yaml"),
-        Err(ProfileError::UnknownFormat { .. })
+        Err(P3CoreError::UnknownFormat { .. })
     ));
     assert!(matches!(
         ModelProfile::load("/nonexistent/x.toml"),
-        Err(ProfileError::Io { .. })
+        Err(P3CoreError::Io { .. })
     ));
 }

@@ -3,7 +3,7 @@ use super::*;
 #[test]
 fn consistency_names_parse_in_any_case_and_unknown_ones_are_refused() {
     let parse = |s: &str| s.parse::<ConsistencyModel>();
-    assert_eq!(parse("BSP"), Ok(ConsistencyModel::Bsp));
+    assert_eq!(parse("BSP").ok(), Some(ConsistencyModel::Bsp));
     assert_eq!(
         Consistency::new(parse("ssp").unwrap(), 3),
         Consistency::Ssp { staleness: 3 }
@@ -12,7 +12,7 @@ fn consistency_names_parse_in_any_case_and_unknown_ones_are_refused() {
         Consistency::new(parse("Essp").unwrap(), 1),
         Consistency::Essp { staleness: 1 }
     );
-    assert_eq!(parse("async"), Ok(ConsistencyModel::Async));
+    assert_eq!(parse("async").ok(), Some(ConsistencyModel::Async));
     let err = parse("eventual").unwrap_err().to_string();
     assert!(err.contains("\"eventual\"") && err.contains("bsp, ssp, essp or async"));
     let from_json: Result<ConsistencyModel, _> = serde_json::from_str("\"Ssp\"");

@@ -150,7 +150,7 @@ pub fn column_ranges_of(
         .column_nnz
         .iter()
         .map(|&c| column_weight(u64::from(c)));
-    Ok(partition_weighted(weights, workers)?)
+    partition_weighted(weights, workers)
 }
 
 /// Worker `index`'s range of [`column_ranges_of`] among `workers`, as a share's pick.

@@ -73,72 +73,11 @@ pub fn scheduler_index_of(role: &str) -> Option<usize> {
         .ok()
 }
 
-/// Misconfigurations of a multi-scheduler job.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MultiSchedulerError {
-    /// `schedulers = 0`.
-    #[error("schedulers = 0: need at least one")]
-    NoSchedulers,
-    /// More schedulers than columns.
-    #[error("schedulers = {schedulers} but the design has only {features} features")]
-    TooManySchedulers {
-        /// Schedulers asked for.
-        schedulers: usize,
-        /// Columns of X.
-        features: usize,
-    },
-    /// More schedulers than roles registered.
-    #[error("schedulers = {schedulers}: at most {MAX_SCHEDULERS} are supported")]
-    AboveMax {
-        /// Schedulers asked for.
-        schedulers: usize,
-    },
-    /// A node runs a scheduler role beyond `schedulers`.
-    #[error(
-        "node {node} runs role {role}: scheduler index {index} out of range (schedulers = {schedulers})"
-    )]
-    IndexOutOfRange {
-        /// The node.
-        node: String,
-        /// The role.
-        role: String,
-        /// Its scheduler index.
-        index: usize,
-        /// Schedulers in the job.
-        schedulers: usize,
-    },
-    /// Two nodes run one scheduler role.
-    #[error("scheduler {index} is claimed by two nodes: {first} and {second}")]
-    Duplicate {
-        /// The scheduler index.
-        index: usize,
-        /// One node.
-        first: String,
-        /// The other.
-        second: String,
-    },
-    /// No node runs a scheduler role the job needs.
-    #[error("no node runs {role} (schedulers = {schedulers})")]
-    Missing {
-        /// The role.
-        role: String,
-        /// Schedulers in the job.
-        schedulers: usize,
-    },
-    /// Checkpoints were asked for with several schedulers.
-    #[error("checkpoint_dir / resume: checkpoints are implemented for one scheduler only")]
-    CheckpointUnsupported,
-    /// The schedulers' synchronisation broke down: a report or decision that does not fit
-    /// the epoch, a peer that stopped or did not answer in time.
-    #[error("{0}")]
-    Sync(String),
-}
-
 /// `schedulers` is within `1..=MAX_SCHEDULERS`.
-fn check_count(schedulers: usize) -> Result<(), MultiSchedulerError> {
+fn check_count(schedulers: usize) -> Result<(), StradsError> {
     match schedulers {
-        0 => Err(MultiSchedulerError::NoSchedulers),
-        s if s > MAX_SCHEDULERS => Err(MultiSchedulerError::AboveMax { schedulers }),
+        0 => Err(StradsError::NoSchedulers),
+        s if s > MAX_SCHEDULERS => Err(StradsError::SchedulersAboveMax { schedulers }),
         _ => Ok(()),
     }
 }
@@ -148,7 +87,7 @@ fn check_count(schedulers: usize) -> Result<(), MultiSchedulerError> {
 pub fn assign_schedulers(
     nodes: &[(String, Vec<String>)],
     schedulers: usize,
-) -> Result<Vec<String>, MultiSchedulerError> {
+) -> Result<Vec<String>, StradsError> {
     check_count(schedulers)?;
     let mut owner: Vec<Option<String>> = vec![None; schedulers];
     for (node, roles) in nodes {
@@ -157,7 +96,7 @@ pub fn assign_schedulers(
                 continue;
             };
             let Some(slot) = owner.get_mut(index) else {
-                return Err(MultiSchedulerError::IndexOutOfRange {
+                return Err(StradsError::SchedulerIndexOutOfRange {
                     node: node.clone(),
                     role: role.clone(),
                     index,
@@ -165,7 +104,7 @@ pub fn assign_schedulers(
                 });
             };
             if let Some(first) = slot {
-                return Err(MultiSchedulerError::Duplicate {
+                return Err(StradsError::DuplicateScheduler {
                     index,
                     first: first.clone(),
                     second: node.clone(),
@@ -178,7 +117,7 @@ pub fn assign_schedulers(
         .into_iter()
         .enumerate()
         .map(|(index, n)| {
-            n.ok_or_else(|| MultiSchedulerError::Missing {
+            n.ok_or_else(|| StradsError::MissingScheduler {
                 role: scheduler_role_name(index),
                 schedulers,
             })
@@ -200,7 +139,7 @@ pub(super) fn build_schedulers(
         .iter()
         .map(|&s| {
             let range = ranges.get(s).cloned().ok_or_else(|| {
-                MultiSchedulerError::Sync(format!(
+                StradsError::SchedulerSync(format!(
                     "scheduler index {s} out of range (schedulers = {})",
                     job.schedulers
                 ))

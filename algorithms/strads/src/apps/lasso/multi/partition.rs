@@ -1,7 +1,7 @@
 //! The partition of the coefficients over the schedulers: contiguous column ranges of
 //! about equal weight (see the module docs of [`super`]).
 
-use super::MultiSchedulerError;
+use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use std::ops::Range;
 
@@ -26,7 +26,7 @@ pub fn column_weight(nnz: u64) -> u64 {
 pub fn partition_columns(
     weights: &[u64],
     schedulers: usize,
-) -> Result<Vec<Range<usize>>, MultiSchedulerError> {
+) -> Result<Vec<Range<usize>>, StradsError> {
     partition_weighted(weights.iter().copied(), schedulers)
 }
 
@@ -35,7 +35,7 @@ pub fn partition_columns(
 pub fn partition_weighted<I>(
     weights: I,
     schedulers: usize,
-) -> Result<Vec<Range<usize>>, MultiSchedulerError>
+) -> Result<Vec<Range<usize>>, StradsError>
 where
     I: IntoIterator<Item = u64>,
     I::IntoIter: Clone,
@@ -46,7 +46,7 @@ where
         .fold((0usize, 0u128), |(d, t), w| (d + 1, t + u128::from(w)));
     super::check_count(schedulers)?;
     if schedulers > d {
-        return Err(MultiSchedulerError::TooManySchedulers {
+        return Err(StradsError::TooManySchedulers {
             schedulers,
             features: d,
         });

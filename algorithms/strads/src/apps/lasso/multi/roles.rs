@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::slice::SliceScheduling;
 use super::sync::{LeadBook, SyncDecision, SyncReport, lead_start};
-use super::{MultiSchedulerError, assign_schedulers, build_schedulers};
+use super::{assign_schedulers, build_schedulers};
 use crate::apps::lasso::WORKER_ROLE;
 use crate::apps::lasso::config::LassoSettings;
 use crate::apps::lasso::metrics::LassoOutcome;
@@ -82,7 +82,7 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
         .await;
     }
     if job.checkpoint_dir.is_some() || job.resume {
-        return Err(MultiSchedulerError::CheckpointUnsupported.into());
+        return Err(StradsError::CheckpointUnsupported);
     }
     let mine: Vec<usize> = (0..owners.len())
         .filter(|&s| owners[s] == ctx.spec.name)
@@ -183,11 +183,11 @@ async fn lead_loop(
             let got = tokio::time::timeout(wait, rx.next())
                 .await
                 .map_err(|_| {
-                    MultiSchedulerError::Sync(format!(
+                    StradsError::SchedulerSync(format!(
                         "no report from the other schedulers within {wait:?} (epoch {epoch})"
                     ))
                 })?
-                .ok_or_else(|| MultiSchedulerError::Sync("report channel closed".into()))?;
+                .ok_or_else(|| StradsError::SchedulerSync("report channel closed".into()))?;
             let (report, reply) = got;
             book.core.add(report)?;
             replies.push(reply);
@@ -239,14 +239,14 @@ async fn follower_loop(
             .ask(app.report(epoch), Priority::NORMAL, wait)
             .await
             .map_err(|e| {
-                MultiSchedulerError::Sync(format!(
+                StradsError::SchedulerSync(format!(
                     "synchronising with the lead on {lead_node}: {e}"
                 ))
             })?;
         if d.epoch != epoch {
             let answered = d.epoch;
             let e = format!("lead answered epoch {answered} for {epoch}");
-            return Err(MultiSchedulerError::Sync(e).into());
+            return Err(StradsError::SchedulerSync(e));
         }
         app.apply_decision(&d);
         if d.stop {

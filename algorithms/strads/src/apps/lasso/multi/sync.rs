@@ -4,7 +4,6 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use super::MultiSchedulerError;
 use super::slice::SliceScheduling;
 use crate::apps::lasso::config::{LassoSettings, column_correlation};
 use crate::apps::lasso::heldout::LinearHeldout;
@@ -115,10 +114,10 @@ impl SyncCore {
     }
 
     /// Accepts a follower's report for the current epoch.
-    pub fn add(&mut self, r: SyncReport) -> Result<(), MultiSchedulerError> {
+    pub fn add(&mut self, r: SyncReport) -> Result<(), StradsError> {
         let s = r.scheduler as usize;
         let (n, epoch) = (self.ranges.len(), self.epoch);
-        let fail = |what: String| Err(MultiSchedulerError::Sync(what));
+        let fail = |what: String| Err(StradsError::SchedulerSync(what));
         if s == 0 || s >= n {
             return fail(format!("report from scheduler {s}: followers are 1..{n}"));
         }
@@ -369,9 +368,9 @@ impl LeadBook {
     pub(super) fn decide(
         &mut self,
         lead: &mut SliceScheduling,
-    ) -> Result<SyncDecision, MultiSchedulerError> {
+    ) -> Result<SyncDecision, StradsError> {
         let (round, eval, elapsed) = lead.take_evaluation().ok_or_else(|| {
-            MultiSchedulerError::Sync("the evaluation round produced no result".into())
+            StradsError::SchedulerSync("the evaluation round produced no result".into())
         })?;
         let d = self.core.decide(
             lead.status(),

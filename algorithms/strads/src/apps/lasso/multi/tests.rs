@@ -71,20 +71,20 @@ proptest::proptest! {
 
 #[test]
 fn partition_rejects_bad_counts() {
-    assert_eq!(
+    assert!(matches!(
         partition_columns(&[1, 1], 3),
-        Err(MultiSchedulerError::TooManySchedulers {
+        Err(StradsError::TooManySchedulers {
             schedulers: 3,
             features: 2
         })
-    );
-    assert_eq!(
+    ));
+    assert!(matches!(
         partition_columns(&[1, 1], 0),
-        Err(MultiSchedulerError::NoSchedulers)
-    );
+        Err(StradsError::NoSchedulers)
+    ));
     assert!(matches!(
         partition_columns(&[1; 100], MAX_SCHEDULERS + 1),
-        Err(MultiSchedulerError::AboveMax { .. })
+        Err(StradsError::SchedulersAboveMax { .. })
     ));
 }
 
@@ -133,7 +133,7 @@ fn assignment_errors_name_the_problem() {
     ]);
     let e = assign_schedulers(&out, 2).unwrap_err();
     assert!(
-        matches!(e, MultiSchedulerError::IndexOutOfRange { index: 5, .. }),
+        matches!(e, StradsError::SchedulerIndexOutOfRange { index: 5, .. }),
         "{e}"
     );
     assert!(e.to_string().contains("node s5"), "{e}");
