@@ -136,7 +136,10 @@ impl Handler<Msg<PsBenchEcho>> for EchoActor {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<PsBenchEcho>, _: &mut Context<Self>) -> Self::Result {
         let w = msg.body.worker as usize;
-        let back = (self.back.get(w)).ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
+        let back = self
+            .back
+            .get(w)
+            .ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
         back.tell(msg.body, Priority::NORMAL)
             .map_err(|e| HandlerError::new(e.to_string()))
     }

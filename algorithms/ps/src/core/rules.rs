@@ -152,7 +152,10 @@ impl UpdateRule for AdaRevision {
     fn apply(&mut self, id: RowId, row: &mut Row, delta: &Row) {
         let (k, a0) = (self.width, f64::from(self.initial_accumulator));
         let alpha = f64::from(self.learning_rate);
-        let acc = (self.accum.entry(id)).or_insert_with(|| vec![(a0, a0); k as usize]);
+        let acc = self
+            .accum
+            .entry(id)
+            .or_insert_with(|| vec![(a0, a0); k as usize]);
         for (c, g) in delta.entries().filter(|&(c, _)| c < k) {
             let Some(slot) = acc.get_mut(c as usize) else {
                 continue;

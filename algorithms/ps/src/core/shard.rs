@@ -425,7 +425,9 @@ impl PsShardCore {
     }
 
     fn table_mut(&mut self, table: TableId) -> Result<&mut TableState, PsCoreError> {
-        (self.tables.get_mut(&table)).ok_or(PsCoreError::UnknownTable(table))
+        self.tables
+            .get_mut(&table)
+            .ok_or(PsCoreError::UnknownTable(table))
     }
 
     fn worker(&self, worker: WorkerId) -> Result<&WorkerState, PsCoreError> {
@@ -470,7 +472,11 @@ impl PsShardCore {
             )));
         }
         for u in &batch.updates {
-            self.table_mut(u.table)?.spec.check_delta(u.row, &u.delta)?;
+            let t = self
+                .tables
+                .get(&u.table)
+                .ok_or(PsCoreError::UnknownTable(u.table))?;
+            t.spec.check_delta(u.row, &u.delta)?;
         }
         self.open_cuts_up_to(clock);
         let tracking = self.push.is_some();
@@ -480,10 +486,14 @@ impl PsShardCore {
             let Some(t) = self.tables.get_mut(&u.table) else {
                 continue; // validated above
             };
-            let stored = (t.rows.entry(u.row)).or_insert_with(|| StoredRow::new(t.spec.zero_row()));
+            let stored = t
+                .rows
+                .entry(u.row)
+                .or_insert_with(|| StoredRow::new(t.spec.zero_row()));
             t.rule.apply(u.row, stored.data.make_mut(), &u.delta);
             stored.stamp = stamp;
-            // Cuts of later checkpoint clocks take this update too (the rule is stateless).
+            // Cuts of later checkpoint clocks take this update too (cuts open only when every
+            // table's rule keeps its whole state in the row).
             for cut in self.cuts.open.range_mut(clock + 1..).map(|(_, c)| c) {
                 let zero = t.spec.zero_row();
                 let row = cut.entry(u.table).or_default().entry(u.row);
