@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// Why a demo role failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     /// The cluster has no node with a role the demo needs.
     #[error("no node runs {0}")]
     MissingRole(&'static str),

@@ -11,7 +11,7 @@ pub enum CliError {
     Launch(#[from] crate::launcher::LaunchError),
     /// Certificates could not be made or read.
     #[error(transparent)]
-    Tls(#[from] petrel_net::TlsError),
+    Tls(#[from] petrel_net::NetError),
     /// Network namespaces could not be set up.
     #[error(transparent)]
     Netns(#[from] crate::netns::NetnsError),

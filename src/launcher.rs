@@ -72,7 +72,7 @@ pub enum LaunchError {
     Io(#[from] std::io::Error),
     /// The cluster's certificates could not be made or read, or are not this node's.
     #[error(transparent)]
-    Tls(#[from] petrel_net::TlsError),
+    Tls(#[from] petrel_net::NetError),
     /// A node exited with an error (the one where the failure started).
     #[error("node {name} failed ({cause}); its roles: {roles}")]
     NodeFailed {

@@ -7,7 +7,7 @@ use petrel_actors::checkpoint::{Checkpoint, CheckpointSet, choose_newest_valid};
 
 /// Why a job with a restart budget did not finish.
 #[derive(Debug, thiserror::Error)]
-pub enum RecoveryError<E: std::error::Error + 'static> {
+pub(crate) enum RecoveryError<E: std::error::Error + 'static> {
     /// A failure no restart can help (a bad input file, a bad setting).
     #[error(transparent)]
     Fatal(E),
@@ -24,7 +24,7 @@ pub enum RecoveryError<E: std::error::Error + 'static> {
 
 /// Runs `attempt(resume, number)` until it succeeds, fails for good (`restartable` says no)
 /// or spends `max_restarts`; returns the value and the restarts it took.
-pub fn run_with_restarts<T, E: std::error::Error + 'static>(
+pub(crate) fn run_with_restarts<T, E: std::error::Error + 'static>(
     max_restarts: u32,
     restartable: impl Fn(&E) -> bool,
     mut checkpoint_exists: impl FnMut() -> bool,
@@ -94,7 +94,7 @@ pub fn restart_job<T, E: std::error::Error + 'static>(
     max_restarts: u32,
     restartable: impl Fn(&E) -> bool,
     newest: impl Fn() -> Option<ResumePoint>,
-    exhausted: impl FnOnce(RecoveryError<E>) -> E,
+    exhausted: impl FnOnce(u32, E) -> E,
     mut attempt: impl FnMut(bool, u32) -> Result<T, E>,
 ) -> Result<T, E> {
     let (value, restarts) = run_with_restarts(
@@ -123,7 +123,7 @@ pub fn restart_job<T, E: std::error::Error + 'static>(
     )
     .map_err(|e| match e {
         RecoveryError::Fatal(e) => e,
-        spent => exhausted(spent),
+        RecoveryError::Exhausted { restarts, source } => exhausted(restarts, source),
     })?;
     if restarts > 0 {
         println!("{app} finished after {restarts} restart(s) of the cluster");

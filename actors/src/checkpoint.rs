@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{self, DurableError, FileDigest, ManifestError};
+use crate::durable::{self, FileDigest};
 
 /// Magic of a manifest.
 pub const MAGIC: &[u8; 8] = b"PETRCKPT";
@@ -50,12 +50,40 @@ pub fn legacy_format(bytes: &[u8]) -> Option<(&'static str, &'static str)> {
         .and_then(|(magic, what)| Some((std::str::from_utf8(*magic).ok()?, *what)))
 }
 
-/// A checkpoint could not be written or loaded; every variant names the file or directory.
+/// A checkpoint or one of its files could not be written or loaded; every variant names
+/// the file or directory.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    /// A file is missing, short, corrupt or could not be read or written.
-    #[error(transparent)]
-    File(#[from] DurableError),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes do not start with the manifest magic, or are too short.
+    #[error("{}: not a manifest (bad magic or truncated)", path.display())]
+    NotAManifest {
+        /// The manifest.
+        path: PathBuf,
+    },
+    /// The manifest body's checksum does not match (bit flip or partial write).
+    #[error("{}: manifest checksum mismatch", path.display())]
+    ManifestChecksum {
+        /// The manifest.
+        path: PathBuf,
+    },
+    /// A file name from a manifest would leave the checkpoint directory (or is empty or
+    /// hidden).
+    #[error("{}: invalid file name {name:?}", path.display())]
+    BadFileName {
+        /// The manifest (or checkpoint directory).
+        path: PathBuf,
+        /// The refused name.
+        name: String,
+    },
     /// A manifest of a format this version no longer reads.
     #[error(
         "{}: checkpoint in the older format {magic} ({what}), which this version does not read: delete the old checkpoints or choose another checkpoint directory",
@@ -69,10 +97,11 @@ pub enum CheckpointError {
         /// What wrote it.
         what: &'static str,
     },
-    /// A checkpoint is not one this job can use (the reason says why).
+    /// A file's content is wrong, or a checkpoint is not one this job can use (the reason
+    /// says why).
     #[error("{}: {reason}", path.display())]
     Invalid {
-        /// The manifest or part.
+        /// The manifest, part or file.
         path: PathBuf,
         /// What is wrong.
         reason: String,
@@ -88,11 +117,30 @@ pub enum CheckpointError {
 }
 
 impl CheckpointError {
+    /// An [`Invalid`](Self::Invalid) error about `path`.
+    pub fn invalid(path: &Path, reason: impl Into<String>) -> Self {
+        CheckpointError::Invalid {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// The file or directory the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            CheckpointError::File(e) => e.path(),
-            CheckpointError::OldFormat { path, .. } | CheckpointError::Invalid { path, .. } => path,
+            CheckpointError::Io { path, .. }
+            | CheckpointError::NotAManifest { path }
+            | CheckpointError::ManifestChecksum { path }
+            | CheckpointError::BadFileName { path, .. }
+            | CheckpointError::OldFormat { path, .. }
+            | CheckpointError::Invalid { path, .. } => path,
             CheckpointError::NoValid { dir, .. } => dir,
         }
     }
@@ -100,9 +148,13 @@ impl CheckpointError {
     /// The reason without the path.
     pub fn reason(&self) -> String {
         match self {
-            CheckpointError::File(e) => e.reason(),
+            CheckpointError::Io { source, .. } => source.to_string(),
             CheckpointError::Invalid { reason, .. } => reason.clone(),
-            CheckpointError::OldFormat { .. } | CheckpointError::NoValid { .. } => {
+            CheckpointError::NotAManifest { .. }
+            | CheckpointError::ManifestChecksum { .. }
+            | CheckpointError::BadFileName { .. }
+            | CheckpointError::OldFormat { .. }
+            | CheckpointError::NoValid { .. } => {
                 let text = self.to_string();
                 let path = self.path().display().to_string();
                 text.strip_prefix(&path)
@@ -118,13 +170,6 @@ fn reasons_list(reasons: &[String]) -> String {
         " (no manifest found)".into()
     } else {
         format!(": {}", reasons.join("; "))
-    }
-}
-
-fn invalid(path: &Path, reason: impl Into<String>) -> CheckpointError {
-    CheckpointError::Invalid {
-        path: path.to_path_buf(),
-        reason: reason.into(),
     }
 }
 
@@ -177,7 +222,7 @@ impl Checkpoint {
 
     /// An [`CheckpointError::Invalid`] naming this checkpoint's manifest.
     pub fn invalid(&self, reason: impl Into<String>) -> CheckpointError {
-        invalid(&self.path, reason)
+        CheckpointError::invalid(&self.path, reason)
     }
 }
 
@@ -325,7 +370,10 @@ impl CheckpointSet {
         bytes: &[u8],
     ) -> Result<PartEntry, CheckpointError> {
         if !valid_part(part) {
-            return Err(invalid(&self.dir, format!("bad part name {part:?}")));
+            return Err(CheckpointError::invalid(
+                &self.dir,
+                format!("bad part name {part:?}"),
+            ));
         }
         durable::create_dir(&self.dir)?;
         durable::remove_if_exists(&self.dir, &manifest_name(&self.scheme, round))?;
@@ -354,8 +402,9 @@ impl CheckpointSet {
             meta: meta.to_vec(),
             parts,
         };
-        let body = rmp_serde::to_vec(&manifest)
-            .map_err(|e| invalid(&path, format!("cannot encode the manifest: {e}")))?;
+        let body = rmp_serde::to_vec(&manifest).map_err(|e| {
+            CheckpointError::invalid(&path, format!("cannot encode the manifest: {e}"))
+        })?;
         self.check_format()?;
         durable::create_dir(&self.dir)?;
         let name = manifest_name(&self.scheme, round);
@@ -396,7 +445,7 @@ impl CheckpointSet {
                     Ok(n) => n,
                     // Deleted meanwhile (a stale manifest of a round being rewritten).
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(source) => return Err(DurableError::Io { path, source }.into()),
+                    Err(source) => return Err(CheckpointError::Io { path, source }),
                 };
                 old_format(&path, &head[..n])?;
             }
@@ -409,23 +458,23 @@ impl CheckpointSet {
         let path = self.manifest_path(round);
         let bytes = std::fs::read(&path).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => {
-                DurableError::invalid(&path, "missing manifest: checkpoint absent or incomplete")
+                CheckpointError::invalid(&path, "missing manifest: checkpoint absent or incomplete")
             }
-            _ => DurableError::io(&path, source),
+            _ => CheckpointError::io(&path, source),
         })?;
         old_format(&path, &bytes)?;
-        let body = durable::unframe(MAGIC, &bytes).map_err(|source| DurableError::Manifest {
-            path: path.clone(),
-            source,
-        })?;
+        let body = durable::unframe(&path, MAGIC, &bytes)?;
         let m: Manifest = rmp_serde::from_slice(body)
-            .map_err(|e| invalid(&path, format!("manifest decode: {e}")))?;
+            .map_err(|e| CheckpointError::invalid(&path, format!("manifest decode: {e}")))?;
         if m.version != VERSION {
-            return Err(invalid(&path, format!("unsupported version {}", m.version)));
+            return Err(CheckpointError::invalid(
+                &path,
+                format!("unsupported version {}", m.version),
+            ));
         }
         if m.scheme != self.scheme || m.round != round {
             let reason = format!("manifest is for {} round {}", m.scheme, m.round);
-            return Err(invalid(&path, reason));
+            return Err(CheckpointError::invalid(&path, reason));
         }
         let parts = m
             .parts
@@ -444,14 +493,13 @@ impl CheckpointSet {
     /// checksum.
     pub fn read_part(&self, round: u64, entry: &PartEntry) -> Result<Vec<u8>, CheckpointError> {
         if !valid_part(&entry.part) {
-            return Err(DurableError::Manifest {
+            return Err(CheckpointError::BadFileName {
                 path: self.manifest_path(round),
-                source: ManifestError::BadFileName(entry.part.clone()),
-            }
-            .into());
+                name: entry.part.clone(),
+            });
         }
         let name = part_name(&self.scheme, round, &entry.part);
-        Ok(durable::read_verified(&self.dir, &name, entry.digest)?)
+        durable::read_verified(&self.dir, &name, entry.digest)
     }
 
     /// The newest checkpoint that loads and that `accept` takes (see the module docs).

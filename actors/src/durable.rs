@@ -4,13 +4,15 @@
 //! - [`frame`] / [`unframe`]: `magic (8 bytes) | body | FNV-1a 64 of body (LE)`, so a
 //!   truncated or bit-flipped manifest is refused;
 //! - [`FileDigest`] + [`read_verified`]: each data file's length and FNV-1a 64, re-checked
-//!   on load. Every error names the file ([`DurableError`]).
+//!   on load. Every error names the file ([`CheckpointError`]).
 
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::CheckpointError;
 
 /// FNV-1a 64-bit hash (integrity check, not cryptographic).
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -49,86 +51,6 @@ impl Fnv1a64 {
     }
 }
 
-/// Why bytes are not a valid manifest, or a manifest entry is unsafe.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ManifestError {
-    /// The bytes do not start with the magic, or are too short.
-    #[error("not a manifest (bad magic or truncated)")]
-    NotAManifest,
-    /// The body's checksum does not match (bit flip or partial write).
-    #[error("manifest checksum mismatch")]
-    ChecksumMismatch,
-    /// A listed file name would leave the checkpoint directory (or is empty or hidden).
-    #[error("invalid file name {0:?}")]
-    BadFileName(String),
-}
-
-/// A checkpoint file is invalid or could not be read/written; always names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum DurableError {
-    /// The file's content is wrong (the reason says how).
-    #[error("{}: {reason}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A manifest is corrupt or lists an unsafe name.
-    #[error("{}: {source}", path.display())]
-    Manifest {
-        /// The manifest (or checkpoint directory).
-        path: PathBuf,
-        /// What is wrong.
-        #[source]
-        source: ManifestError,
-    },
-    /// The file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl DurableError {
-    /// An [`Invalid`](Self::Invalid) error about `path`.
-    pub fn invalid(path: &Path, reason: impl Into<String>) -> Self {
-        DurableError::Invalid {
-            path: path.to_path_buf(),
-            reason: reason.into(),
-        }
-    }
-
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        DurableError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-
-    /// The file the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            DurableError::Invalid { path, .. }
-            | DurableError::Manifest { path, .. }
-            | DurableError::Io { path, .. } => path,
-        }
-    }
-
-    /// The reason without the path.
-    pub fn reason(&self) -> String {
-        match self {
-            DurableError::Invalid { reason, .. } => reason.clone(),
-            DurableError::Manifest { source, .. } => source.to_string(),
-            DurableError::Io { source, .. } => source.to_string(),
-        }
-    }
-}
-
 /// Length and checksum of a file, as a manifest records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileDigest {
@@ -150,7 +72,7 @@ impl FileDigest {
 
 /// Writes `bytes` to `dir/name` atomically: temp file `.name.tmp`, fsync, rename. Call
 /// [`sync_dir`] afterwards (once for several files) to make the rename durable.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, DurableError> {
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, CheckpointError> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let target = dir.join(name);
     (|| -> std::io::Result<()> {
@@ -158,16 +80,16 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, Dur
         f.write_all(bytes)?;
         f.sync_all()
     })()
-    .map_err(|e| DurableError::io(&tmp, e))?;
-    fs::rename(&tmp, &target).map_err(|e| DurableError::io(&target, e))?;
+    .map_err(|e| CheckpointError::io(&tmp, e))?;
+    fs::rename(&tmp, &target).map_err(|e| CheckpointError::io(&target, e))?;
     Ok(target)
 }
 
 /// Makes the renames in `dir` durable (POSIX); opening a directory read-only works on Linux.
-pub fn sync_dir(dir: &Path) -> Result<(), DurableError> {
+pub fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| DurableError::io(dir, e))
+        .map_err(|e| CheckpointError::io(dir, e))
 }
 
 /// `magic | body | fnv1a64(body) (LE)`.
@@ -179,24 +101,32 @@ pub fn frame(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The body of a [`frame`], or why it is not one.
-pub fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8]) -> Result<&'a [u8], ManifestError> {
+/// The body of a [`frame`] read from `path`, or why it is not one.
+pub fn unframe<'a>(
+    path: &Path,
+    magic: &[u8; 8],
+    bytes: &'a [u8],
+) -> Result<&'a [u8], CheckpointError> {
+    let path = || path.to_path_buf();
     if bytes.len() < magic.len() + 8 || &bytes[..magic.len()] != magic {
-        return Err(ManifestError::NotAManifest);
+        return Err(CheckpointError::NotAManifest { path: path() });
     }
     let (body, sum) = bytes[magic.len()..].split_at(bytes.len() - magic.len() - 8);
     let mut sum8 = [0u8; 8];
     sum8.copy_from_slice(sum);
     if fnv1a64(body) != u64::from_le_bytes(sum8) {
-        return Err(ManifestError::ChecksumMismatch);
+        return Err(CheckpointError::ManifestChecksum { path: path() });
     }
     Ok(body)
 }
 
-/// A file name read from a manifest must stay inside the checkpoint directory.
-pub fn check_file_name(name: &str) -> Result<(), ManifestError> {
+/// A file name read from a manifest must stay inside the checkpoint directory `dir`.
+pub fn check_file_name(dir: &Path, name: &str) -> Result<(), CheckpointError> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
-        return Err(ManifestError::BadFileName(name.to_string()));
+        return Err(CheckpointError::BadFileName {
+            path: dir.to_path_buf(),
+            name: name.to_string(),
+        });
     }
     Ok(())
 }
@@ -206,48 +136,45 @@ pub fn read_verified(
     dir: &Path,
     name: &str,
     expected: FileDigest,
-) -> Result<Vec<u8>, DurableError> {
-    check_file_name(name).map_err(|source| DurableError::Manifest {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+) -> Result<Vec<u8>, CheckpointError> {
+    check_file_name(dir, name)?;
     let path = dir.join(name);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(DurableError::invalid(
+            return Err(CheckpointError::invalid(
                 &path,
                 "data file listed in the manifest is missing",
             ));
         }
-        Err(e) => return Err(DurableError::io(&path, e)),
+        Err(e) => return Err(CheckpointError::io(&path, e)),
     };
     let got = bytes.len();
     if got as u64 != expected.len {
         let reason = format!("length {got} != {} in manifest (truncated?)", expected.len);
-        return Err(DurableError::invalid(&path, reason));
+        return Err(CheckpointError::invalid(&path, reason));
     }
     if fnv1a64(&bytes) != expected.fnv64 {
-        return Err(DurableError::invalid(&path, "checksum mismatch"));
+        return Err(CheckpointError::invalid(&path, "checksum mismatch"));
     }
     Ok(bytes)
 }
 
 /// Removes `dir/name`; a file that is already gone is fine.
-pub fn remove_if_exists(dir: &Path, name: &str) -> Result<(), DurableError> {
+pub fn remove_if_exists(dir: &Path, name: &str) -> Result<(), CheckpointError> {
     let path = dir.join(name);
     match fs::remove_file(&path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(DurableError::io(&path, e)),
+        Err(e) => Err(CheckpointError::io(&path, e)),
     }
 }
 
 /// Names of the entries of `dir` (non-UTF-8 names are skipped).
-pub fn list_names(dir: &Path) -> Result<Vec<String>, DurableError> {
+pub fn list_names(dir: &Path) -> Result<Vec<String>, CheckpointError> {
     let mut out = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|e| DurableError::io(dir, e))? {
-        let entry = entry.map_err(|e| DurableError::io(dir, e))?;
+    for entry in fs::read_dir(dir).map_err(|e| CheckpointError::io(dir, e))? {
+        let entry = entry.map_err(|e| CheckpointError::io(dir, e))?;
         if let Some(name) = entry.file_name().to_str() {
             out.push(name.to_string());
         }
@@ -256,8 +183,8 @@ pub fn list_names(dir: &Path) -> Result<Vec<String>, DurableError> {
 }
 
 /// Creates `dir` (and parents).
-pub fn create_dir(dir: &Path) -> Result<(), DurableError> {
-    fs::create_dir_all(dir).map_err(|e| DurableError::io(dir, e))
+pub fn create_dir(dir: &Path) -> Result<(), CheckpointError> {
+    fs::create_dir_all(dir).map_err(|e| CheckpointError::io(dir, e))
 }
 
 #[cfg(test)]
@@ -279,16 +206,30 @@ mod tests {
     #[test]
     fn frame_round_trip_and_corruption() {
         let f = frame(MAGIC, b"body bytes");
-        assert_eq!(unframe(MAGIC, &f).unwrap(), b"body bytes");
+        assert_eq!(unframe(Path::new("m"), MAGIC, &f).unwrap(), b"body bytes");
         for cut in 0..f.len() {
-            assert!(unframe(MAGIC, &f[..cut]).is_err(), "cut {cut}");
+            assert!(
+                unframe(Path::new("m"), MAGIC, &f[..cut]).is_err(),
+                "cut {cut}"
+            );
         }
         for i in 0..f.len() {
             let mut g = f.clone();
             g[i] ^= 0x10;
-            assert!(unframe(MAGIC, &g).is_err(), "flip {i}");
+            assert!(unframe(Path::new("m"), MAGIC, &g).is_err(), "flip {i}");
         }
-        assert!(unframe(b"OTHERMAG", &f).is_err());
+        assert!(unframe(Path::new("m"), b"OTHERMAG", &f).is_err());
+        let text = |bytes: &[u8]| {
+            unframe(Path::new("m"), MAGIC, bytes)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(text(b"short"), "m: not a manifest (bad magic or truncated)");
+        let mut flipped = f.clone();
+        flipped[9] ^= 1;
+        assert_eq!(text(&flipped), "m: manifest checksum mismatch");
+        let bad = check_file_name(Path::new("d"), "../x").unwrap_err();
+        assert_eq!(bad.to_string(), "d: invalid file name \"../x\"");
     }
 
     #[test]

@@ -139,6 +139,16 @@ pub enum NodeError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// An app's job could not be built from `[app.<section>]` ([`crate::lazy_job`]); every
+    /// role of the process gets the same cause.
+    #[error("[app.{section}]: {cause}")]
+    AppJob {
+        /// The settings section, e.g. `ps_mf`.
+        section: &'static str,
+        /// What went wrong (a bad value, a file that does not load).
+        #[source]
+        cause: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A choice (e.g. a transport) that is not one of the valid values.
     #[error("unknown {kind} {value:?}; valid values: {valid}")]
     UnknownChoice {
@@ -152,7 +162,7 @@ pub enum NodeError {
     /// Settings could not be rendered as TOML.
     #[error("settings to TOML: {0}")]
     WriteSettings(#[source] toml::ser::Error),
-    /// The transport failed.
+    /// The transport, its `[net]` settings or the cluster's certificates failed.
     #[error(transparent)]
     Net(#[from] petrel_net::NetError),
     /// A node's address cannot be bound (most often: another process holds the port).
@@ -166,9 +176,6 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
-    /// Certificates or TLS configuration.
-    #[error(transparent)]
-    Tls(#[from] petrel_net::TlsError),
     /// No local actor takes this message type under this name.
     #[error("no actor {actor} accepting {msg_type} on this node")]
     NoSuchActor {

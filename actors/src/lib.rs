@@ -38,9 +38,7 @@ pub use settings::{
     AppSections, ClusterSettings, JobTransport, NodeSpec, Settings, Transport, flag_defaults,
     validate_node_name,
 };
-pub use topology::{
-    AppJobError, Cluster, NodeContext, RoleError, RoleFuture, Topology, Wiring, lazy_job,
-};
+pub use topology::{Cluster, NodeContext, RoleError, RoleFuture, Topology, Wiring, lazy_job};
 
 /// The names most code needs: `use petrel_actors::prelude::*;`.
 pub mod prelude {

@@ -734,43 +734,32 @@ async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>)
     }
 }
 
-/// Why an app's job could not be built from `[app.<section>]` (cloned to every role).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("[app.{section}]: {cause}")]
-pub struct AppJobError {
-    /// The settings section, e.g. `ps_mf`.
-    pub section: &'static str,
-    /// What went wrong (a bad value, a file that does not load).
-    #[source]
-    pub cause: Arc<dyn std::error::Error + Send + Sync + 'static>,
-}
-
 /// An app's job, built once per process from `[app.<section>]` on first use and shared by
 /// its roles; a bad section fails every role with the reason.
 pub fn lazy_job<C, J, E>(
     settings: Settings,
     section: &'static str,
     build: impl Fn(&Settings, C) -> Result<J, E> + Send + Sync + 'static,
-) -> impl Fn() -> Result<Arc<J>, AppJobError> + Clone + Send + Sync + 'static
+) -> impl Fn() -> Result<Arc<J>, NodeError> + Clone + Send + Sync + 'static
 where
     C: serde::de::DeserializeOwned + Default,
     J: Send + Sync + 'static,
     E: Into<RoleError>,
 {
-    let cell: Arc<std::sync::OnceLock<Result<Arc<J>, AppJobError>>> =
+    // The cause is kept behind an `Arc`: one failed build is reported to every role.
+    type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+    let cell: Arc<std::sync::OnceLock<Result<Arc<J>, Cause>>> =
         Arc::new(std::sync::OnceLock::new());
     let build = Arc::new(build);
     move || {
         cell.get_or_init(|| {
-            let fail = |cause: RoleError| AppJobError {
-                section,
-                cause: Arc::from(cause),
-            };
+            let fail = |cause: RoleError| Cause::from(cause);
             let cfg: C = settings.app(section).map_err(|e| fail(e.into()))?;
             build(&settings, cfg)
                 .map(Arc::new)
                 .map_err(|e| fail(e.into()))
         })
         .clone()
+        .map_err(|cause| NodeError::AppJob { section, cause })
     }
 }

@@ -150,7 +150,7 @@ fn run_one(
 fn diverged(e: &PsError) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(x) = cur {
-        if x.downcast_ref::<petrel_ml::job::Diverged>().is_some() {
+        if let Some(petrel_ml::MlError::Diverged { .. }) = x.downcast_ref::<petrel_ml::MlError>() {
             return true;
         }
         cur = x.source();

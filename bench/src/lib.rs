@@ -46,12 +46,9 @@ pub enum BenchError {
     /// Setting up a node or an actor failed.
     #[error(transparent)]
     Node(#[from] petrel_actors::NodeError),
-    /// A transport could not start.
+    /// A transport could not start, or certificates could not be made.
     #[error(transparent)]
     Net(#[from] petrel_net::NetError),
-    /// Certificates could not be made.
-    #[error(transparent)]
-    Tls(#[from] petrel_net::TlsError),
     /// A message could not be sent.
     #[error(transparent)]
     Ask(#[from] petrel_actors::AskError),
@@ -95,7 +92,7 @@ pub enum BenchError {
     },
     /// A data file could not be loaded.
     #[error(transparent)]
-    Data(#[from] petrel_ml::data::DataError),
+    Ml(#[from] petrel_ml::MlError),
     /// A `--net KEY=VALUE` override does not name a `[net]` knob or has a bad value.
     #[error("--net {given}: {reason}")]
     NetOverride {

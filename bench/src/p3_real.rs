@@ -8,8 +8,9 @@ use crate::p3::slowest;
 use petrel::report::print_json;
 use petrel::train::TrainError;
 use petrel::train::p3::{RealJobArgs, job_run_dir, run_processes};
+use petrel_ml::MlError;
 use petrel_ml::dnn::cifar::synthetic_cifar;
-use petrel_ml::dnn::data::{Dataset, DnnDataError, gaussian_clusters};
+use petrel_ml::dnn::data::{Dataset, gaussian_clusters};
 use petrel_p3::roles::WorkerReportFile;
 use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
 use serde::Serialize;
@@ -56,7 +57,7 @@ struct AdapterOverhead {
 
 /// `n` examples shaped like a model's inputs `input`, for timing only: CIFAR-like images
 /// for 3x32x32, Gaussian clusters reshaped to `input` otherwise (e.g. 1x28x28 IDX images).
-fn timing_data(input: &[usize], n: usize) -> Result<Dataset, DnnDataError> {
+fn timing_data(input: &[usize], n: usize) -> Result<Dataset, MlError> {
     if input == [3, 32, 32] {
         return synthetic_cifar(n, 10, 0.3, 1);
     }
@@ -64,7 +65,7 @@ fn timing_data(input: &[usize], n: usize) -> Result<Dataset, DnnDataError> {
     let shape: Vec<usize> = std::iter::once(n).chain(input.iter().copied()).collect();
     let x =
         d.x.into_shape_with_order(shape)
-            .map_err(|e| DnnDataError::InvalidArgument(format!("timing data {input:?}: {e}")))?;
+            .map_err(|e| MlError::InvalidArgument(format!("timing data {input:?}: {e}")))?;
     Ok(Dataset { x, ..d })
 }
 
@@ -80,8 +81,7 @@ fn adapter_overhead(
         source: Box::new(source),
     };
     let (_, initial) = net.init(1).map_err(real)?;
-    let data =
-        Arc::new(timing_data(net.input_shape(), 4 * batch).map_err(petrel_p3::P3Error::Data)?);
+    let data = Arc::new(timing_data(net.input_shape(), 4 * batch).map_err(petrel_p3::P3Error::Ml)?);
     let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
     let n = m.stage_tensors().len();
     let install = |m: &mut CandleStageModel| -> Result<f64, TrainError> {

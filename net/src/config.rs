@@ -1,5 +1,6 @@
 //! Transport knobs, documented here and in README.md; the defaults suit loopback and LAN.
 
+use crate::error::NetError;
 use serde::{Deserialize, Serialize};
 
 /// QUIC congestion controller of every connection (quinn's implementations).
@@ -158,18 +159,6 @@ impl Default for NetConfig {
     }
 }
 
-/// A `[net]` value outside its range, e.g. `[net] max_message_bytes = 0: must be at least 1024`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("[net] {key} = {value}: {rule}")]
-pub struct NetConfigError {
-    /// The key, as in `[net]`.
-    pub key: &'static str,
-    /// The value given.
-    pub value: String,
-    /// What the value must be.
-    pub rule: String,
-}
-
 /// The most transport threads any node gets, whatever its core count.
 pub const MAX_THREADS: usize = 1024;
 /// Transport threads allowed per core: beyond this they only contend.
@@ -179,27 +168,27 @@ pub const MAX_WINDOW: u64 = 1 << 40;
 
 impl NetConfig {
     /// Checks the knobs whose wrong values leave a cluster that never forms.
-    pub fn validate(&self) -> Result<(), NetConfigError> {
+    pub fn validate(&self) -> Result<(), NetError> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         self.validate_for(cores)
     }
 
     /// [`NetConfig::validate`] for a machine of `cores` cores.
-    pub fn validate_for(&self, cores: usize) -> Result<(), NetConfigError> {
+    pub fn validate_for(&self, cores: usize) -> Result<(), NetError> {
         fn check<T: PartialOrd + std::fmt::Display>(
             key: &'static str,
             value: T,
             min: T,
             max: Option<T>,
             why: &str,
-        ) -> Result<(), NetConfigError> {
+        ) -> Result<(), NetError> {
             let rule = match max {
                 _ if value < min => format!("must be at least {min}"),
                 Some(max) if value > max => format!("must be at most {max}{why}"),
                 _ => return Ok(()),
             };
             let value = value.to_string();
-            Err(NetConfigError { key, value, rule })
+            Err(NetError::Config { key, value, rule })
         }
         // A frame must hold an envelope header plus some body; parts are cut to this size.
         let max_message = self.max_message_bytes;
@@ -236,7 +225,7 @@ impl NetConfig {
             let idle = self.idle_timeout_ms;
             let rule = format!("must be less than idle_timeout_ms ({idle})");
             let value = self.keep_alive_ms.to_string();
-            return Err(NetConfigError {
+            return Err(NetError::Config {
                 key: "keep_alive_ms",
                 value,
                 rule,

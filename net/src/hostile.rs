@@ -11,7 +11,7 @@
 //! ([`Refusal::StolenKey`]).
 
 use crate::NetConfig;
-use crate::net::NetError;
+use crate::error::NetError;
 use crate::sequencer::LaneHeader;
 use crate::tls::{CLUSTER_SERVER_NAME, ClusterCredentials};
 use petrel_messages::envelope::FRAME_MAGIC;

@@ -11,12 +11,13 @@
 //! - Order per lane ([`sequencer`]); splitting of large messages ([`reassembly`]); shared
 //!   memory between nodes of one host ([`shm`]).
 //! - Knobs: [`NetConfig`], [`Congestion`], [`ShaperConfig`]. Counters: [`NetStats`] /
-//!   [`NetStatsSnapshot`]. Errors: [`NetError`], [`TlsError`].
+//!   [`NetStatsSnapshot`]. Errors: [`NetError`].
 //!
 //! Start with `use petrel_net::prelude::*;`.
 
 pub mod config;
 pub mod datagram;
+mod error;
 pub mod hostile;
 mod identity;
 pub mod inbound_budget;
@@ -34,11 +35,12 @@ pub mod shm;
 mod stats;
 pub mod tls;
 
-pub use config::{Congestion, NetConfig, NetConfigError, ShaperConfig};
+pub use config::{Congestion, NetConfig, ShaperConfig};
+pub use error::NetError;
 pub use memory::MemoryHub;
-pub use net::{Inbound, LinkCause, Net, NetError, PeerAddr};
+pub use net::{Inbound, LinkCause, Net, PeerAddr};
 pub use stats::{LinkStats, NetStats, NetStatsSnapshot};
-pub use tls::{ClusterCredentials, TlsError};
+pub use tls::ClusterCredentials;
 
 /// The names most code needs: `use petrel_net::prelude::*;`.
 pub mod prelude {

@@ -3,7 +3,8 @@
 //! egress shaper applies the same token bucket per message.
 
 use crate::config::NetConfig;
-use crate::net::{Arrival, Inbound, NetError};
+use crate::error::NetError;
+use crate::net::{Arrival, Inbound};
 use crate::sequencer::LaneHeader;
 use crate::shaper::TokenBucket;
 use crate::stats::NetStats;

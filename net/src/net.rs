@@ -1,7 +1,7 @@
-// Over 600 lines: `Net`'s whole API (send, striping, peers, shutdown) works on one private `Shared`.
 //! [`Net`]: the handle a node uses to send frames and receive them, over QUIC or memory.
 
 use crate::config::NetConfig;
+use crate::error::NetError;
 use crate::memory::{MemoryHub, MemoryLink};
 use crate::outbox::OutboxQueue;
 use crate::quic::QuicLink;
@@ -9,7 +9,7 @@ use crate::reassembly::{Assembled, PART_MSG_TYPE, Reassembler, max_split_message
 use crate::sequencer::{LaneHeader, LaneNumbering, Sequencer};
 use crate::shm::{SHM_MSG_TYPE, ShmSender};
 use crate::stats::{NetStats, NetStatsSnapshot};
-use crate::tls::{ClusterCredentials, TlsError};
+use crate::tls::ClusterCredentials;
 use bytes::Bytes;
 use petrel_messages::{Frame, NodeId, Priority};
 use std::net::SocketAddr;
@@ -25,69 +25,6 @@ const STRIPE_PART_OVERHEAD: usize = 512;
 
 /// The underlying failure of a connect or send (a quinn error, or a plain reason).
 pub type LinkCause = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// Why the transport could not start, connect or send.
-#[derive(Debug, thiserror::Error)]
-pub enum NetError {
-    /// No address was registered for the peer ([`Net::add_peer`]).
-    #[error("no address known for {0}")]
-    UnknownPeer(NodeId),
-    /// The QUIC connection to a peer could not be opened.
-    #[error("cannot connect to {peer} at {addr}: {source}")]
-    Connect {
-        /// The peer.
-        peer: NodeId,
-        /// Its address.
-        addr: SocketAddr,
-        /// What failed (quinn's error, or a timeout).
-        #[source]
-        source: LinkCause,
-    },
-    /// A frame could not be written or was refused.
-    #[error("sending to {peer} failed: {source}")]
-    Send {
-        /// The peer.
-        peer: NodeId,
-        /// What failed.
-        #[source]
-        source: LinkCause,
-    },
-    /// The frame is larger than [`NetConfig::max_message_bytes`].
-    #[error("frame of {len} bytes exceeds max_message_bytes = {max}")]
-    Oversize {
-        /// The frame's length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// [`Net::shutdown`] was called.
-    #[error("transport is shut down")]
-    Closed,
-    /// The UDP socket could not be bound.
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The socket error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The transport's runtime or socket could not be set up.
-    #[error("transport runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    /// `shared_memory_dir` is set but is not a directory this node can use.
-    #[error("[net] shared_memory_dir = {path}: {source}")]
-    SharedMemoryDir {
-        /// The configured directory.
-        path: std::path::PathBuf,
-        /// Why it cannot be used.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Certificates or TLS configuration.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
 
 /// Where a peer is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,11 +5,12 @@
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};
+use crate::error::NetError;
 use crate::identity::{Origin, PeerDirectory, SenderRefusal};
 use crate::inbound_budget::{
     InboundBudgets, PeerBudget, Progress, ProgressSample, ProgressWatch, lane_of, may_be_control,
 };
-use crate::net::{Arrival, Inbound, LinkCause, NetError};
+use crate::net::{Arrival, Inbound, LinkCause};
 use crate::refusal_log::RefusalLog;
 use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;

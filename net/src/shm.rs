@@ -22,9 +22,10 @@
 //! the same for every node of the host), the frame has `shared_memory_min_bytes`, the peer
 //! is on a loopback address and no shaper emulates a link.
 
+use crate::error::NetError;
 use bytes::{Buf, BufMut, Bytes};
 use memmap2::{MmapOptions, MmapRaw};
-use petrel_messages::{CodecError, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority};
+use petrel_messages::{EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -37,49 +38,13 @@ pub const SHM_MSG_TYPE: &str = "petrel.shm";
 /// Slots a sender keeps per peer.
 pub const MAX_SLOTS: usize = 8;
 /// Bytes of a control frame's body.
-const SHM_BODY: usize = 32;
+pub(crate) const SHM_BODY: usize = 32;
 /// Bytes before a slot's data: the state word, padded to a cache line.
 const SLOT_HEADER: usize = 64;
 const FREE: u32 = 0;
 const FULL: u32 = 1;
 /// Claimed by the sender, which is copying a frame into it outside its lock.
 const WRITING: u32 = 2;
-
-/// Why a shared-memory frame could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ShmError {
-    /// The control frame's body is not `epoch | slot | len | file_len`.
-    #[error("shared-memory control frame has a {0}-byte body, expected {SHM_BODY}")]
-    BadBody(usize),
-    /// The announced length or slot is out of bounds.
-    #[error("shared-memory frame: {0}")]
-    OutOfBounds(String),
-    /// This node has no `shared_memory_dir`, but a peer sent through one.
-    #[error(
-        "a peer sent a frame through shared memory but this node has no `shared_memory_dir`; \
-         set the same [net] shared_memory_dir on every node of the host"
-    )]
-    NotEnabled,
-    /// The slot file is missing, unreadable, too small or not marked full.
-    #[error(
-        "shared-memory slot {path}: {reason} (do all nodes of this host see the same \
-         `shared_memory_dir`?)"
-    )]
-    Slot {
-        /// The slot's file.
-        path: PathBuf,
-        /// What went wrong.
-        reason: String,
-    },
-    /// The slot's bytes are not a frame.
-    #[error("shared-memory slot {path}: {source}")]
-    Decode {
-        /// The slot's file.
-        path: PathBuf,
-        /// The codec's complaint.
-        source: CodecError,
-    },
-}
 
 /// What a control frame names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,9 +72,9 @@ impl ShmRef {
 
     /// Reads a control frame's body, checking a slot below [`MAX_SLOTS`] and a frame of at
     /// most `max` bytes that fits the file.
-    pub fn parse(mut body: &[u8], max: usize) -> Result<Self, ShmError> {
+    pub fn parse(mut body: &[u8], max: usize) -> Result<Self, NetError> {
         if body.len() != SHM_BODY {
-            return Err(ShmError::BadBody(body.len()));
+            return Err(NetError::ShmBadBody(body.len()));
         }
         let r = Self {
             epoch: body.get_u64_le(),
@@ -119,15 +84,15 @@ impl ShmRef {
         };
         if r.slot >= MAX_SLOTS as u64 {
             let why = format!("slot {} of at most {MAX_SLOTS}", r.slot);
-            return Err(ShmError::OutOfBounds(why));
+            return Err(NetError::ShmOutOfBounds(why));
         }
         if r.len > max as u64 {
             let why = format!("{} bytes over the limit of {max}", r.len);
-            return Err(ShmError::OutOfBounds(why));
+            return Err(NetError::ShmOutOfBounds(why));
         }
         if r.file_len < SLOT_HEADER as u64 + r.len || r.file_len > (SLOT_HEADER + max) as u64 {
             let why = format!("a {}-byte frame in a {}-byte slot file", r.len, r.file_len);
-            return Err(ShmError::OutOfBounds(why));
+            return Err(NetError::ShmOutOfBounds(why));
         }
         Ok(r)
     }
@@ -415,12 +380,12 @@ impl ShmReceiver {
     }
 
     /// The frame a control frame names, as bytes pointing into the slot.
-    pub(crate) fn receive(&mut self, control: &Frame, max: usize) -> Result<Frame, ShmError> {
-        let dir = self.dir.as_deref().ok_or(ShmError::NotEnabled)?;
+    pub(crate) fn receive(&mut self, control: &Frame, max: usize) -> Result<Frame, NetError> {
+        let dir = self.dir.as_deref().ok_or(NetError::ShmNotEnabled)?;
         let r = ShmRef::parse(&control.body.to_bytes(), max)?;
         let from = control.header.from;
         let path = dir.join(slot_file_name(from, self.me, r.epoch, r.slot));
-        let slot_error = |reason: String| ShmError::Slot {
+        let slot_error = |reason: String| NetError::ShmSlot {
             path: path.clone(),
             reason,
         };
@@ -464,7 +429,7 @@ impl ShmReceiver {
             map,
             len: r.len as usize,
         });
-        Frame::decode(bytes, max).map_err(|source| ShmError::Decode { path, source })
+        Frame::decode(bytes, max).map_err(|source| NetError::ShmDecode { path, source })
     }
 }
 

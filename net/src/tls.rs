@@ -6,6 +6,7 @@
 //! nor deliver a message.
 
 use crate::config::{Congestion, NetConfig};
+use crate::error::NetError;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -17,47 +18,6 @@ use std::time::Duration;
 pub const CLUSTER_SERVER_NAME: &str = "petrel.cluster";
 /// The ALPN protocol id of petrel's QUIC connections.
 pub const ALPN: &[u8] = b"petrel/1";
-
-/// Why certificates could not be made, read or configured; file errors name the file.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// rcgen failed to generate a key or certificate.
-    #[error("certificate generation failed: {0}")]
-    Generate(#[from] rcgen::Error),
-    /// A certificate or key file could not be read or written.
-    #[error("{path}: {error}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        error: std::io::Error,
-    },
-    /// A file is not the PEM it should be.
-    #[error("{path}: invalid PEM: {error}")]
-    Pem {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        error: String,
-    },
-    /// rustls or quinn refused the configuration.
-    #[error("TLS configuration rejected: {0}")]
-    Config(String),
-    /// A node name that cannot name files and certificates.
-    #[error(transparent)]
-    NodeName(#[from] InvalidNodeName),
-    /// A node's certificate is not this node's, or not from the cluster CA beside it.
-    #[error("{path}: not a certificate of node {node} from the CA in ca.pem ({reason})")]
-    NotThisNode {
-        /// The certificate file.
-        path: PathBuf,
-        /// The node it was loaded for.
-        node: String,
-        /// What the check found.
-        reason: String,
-    },
-}
 
 /// Longest node name: it is a DNS label in the node's certificate (`<name>.petrel.cluster`).
 pub const MAX_NODE_NAME_LEN: usize = 63;
@@ -125,8 +85,8 @@ pub fn node_names_in_certificate(cert: &CertificateDer<'_>) -> Vec<String> {
         .collect()
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
-    move |error| TlsError::Io {
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> NetError + '_ {
+    move |error| NetError::CertFile {
         path: path.to_path_buf(),
         error,
     }
@@ -150,14 +110,14 @@ fn ca_params() -> Result<CertificateParams, rcgen::Error> {
 
 impl ClusterCa {
     /// A fresh CA with a new key.
-    pub fn generate() -> Result<Self, TlsError> {
+    pub fn generate() -> Result<Self, NetError> {
         let key = KeyPair::generate()?;
         let cert = ca_params()?.self_signed(&key)?;
         Ok(Self { key, cert })
     }
 
     /// Issues a node certificate for [`CLUSTER_SERVER_NAME`] naming `<node>.petrel.cluster`.
-    pub fn issue(&self, node_name: &str) -> Result<ClusterCredentials, TlsError> {
+    pub fn issue(&self, node_name: &str) -> Result<ClusterCredentials, NetError> {
         check_node_name(node_name)?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec![
@@ -172,12 +132,12 @@ impl ClusterCa {
             ca: self.cert.der().clone(),
             chain: vec![cert.der().clone()],
             key: PrivateKeyDer::try_from(key.serialize_der())
-                .map_err(|e| TlsError::Config(e.to_string()))?,
+                .map_err(|e| NetError::TlsConfig(e.to_string()))?,
         })
     }
 
     /// Writes `ca.pem` and `ca.key` (0600, never replaced) into private `dir`.
-    pub fn write(&self, dir: &Path) -> Result<(), TlsError> {
+    pub fn write(&self, dir: &Path) -> Result<(), NetError> {
         crate::private_files::create_private_dir(dir).map_err(io_err(dir))?;
         write_file(&dir.join("ca.pem"), self.cert.pem().as_bytes(), false)?;
         write_file(
@@ -188,7 +148,7 @@ impl ClusterCa {
     }
 
     /// Loads a CA written by [`ClusterCa::write`], to issue more node certificates.
-    pub fn load(dir: &Path) -> Result<Self, TlsError> {
+    pub fn load(dir: &Path) -> Result<Self, NetError> {
         let path = dir.join("ca.key");
         let pem = std::fs::read_to_string(&path).map_err(io_err(&path))?;
         let key = KeyPair::from_pem(&pem).map_err(pem_err(&path))?;
@@ -198,7 +158,7 @@ impl ClusterCa {
     }
 }
 
-fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
+fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), NetError> {
     if secret {
         crate::private_files::write_secret(path, data)
     } else {
@@ -228,8 +188,8 @@ impl Clone for ClusterCredentials {
     }
 }
 
-fn pem_err<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> TlsError + '_ {
-    move |e| TlsError::Pem {
+fn pem_err<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> NetError + '_ {
+    move |e| NetError::Pem {
         path: path.to_path_buf(),
         error: e.to_string(),
     }
@@ -237,13 +197,13 @@ fn pem_err<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> TlsError + '_
 
 impl ClusterCredentials {
     /// Generates a throw-away CA and `n` node credentials (tests, single-process clusters).
-    pub fn generate_cluster(names: &[&str]) -> Result<Vec<ClusterCredentials>, TlsError> {
+    pub fn generate_cluster(names: &[&str]) -> Result<Vec<ClusterCredentials>, NetError> {
         let ca = ClusterCa::generate()?;
         names.iter().map(|n| ca.issue(n)).collect()
     }
 
     /// Writes `<name>.pem`, `<name>.key` (0600, never replaced) and `ca.pem` into private `dir`.
-    pub fn write(&self, dir: &Path, name: &str) -> Result<(), TlsError> {
+    pub fn write(&self, dir: &Path, name: &str) -> Result<(), NetError> {
         check_node_name(name)?;
         crate::private_files::create_private_dir(dir).map_err(io_err(dir))?;
         let mut chain = String::new();
@@ -264,7 +224,7 @@ impl ClusterCredentials {
     }
 
     /// Loads the credentials of node `name` from `dir` (as written by [`Self::write`]).
-    pub fn load(dir: &Path, name: &str) -> Result<Self, TlsError> {
+    pub fn load(dir: &Path, name: &str) -> Result<Self, NetError> {
         check_node_name(name)?;
         let ca_path = dir.join("ca.pem");
         let cert_path = dir.join(format!("{name}.pem"));
@@ -282,15 +242,15 @@ impl ClusterCredentials {
     }
 
     /// Checks that the certificate is node `name`'s from the CA in [`Self::ca`].
-    pub fn verify_node(&self, name: &str) -> Result<(), TlsError> {
-        let not_this = |reason: String| TlsError::NotThisNode {
+    pub fn verify_node(&self, name: &str) -> Result<(), NetError> {
+        let not_this = |reason: String| NetError::NotThisNode {
             path: PathBuf::from(format!("{name}.pem")),
             node: name.to_string(),
             reason,
         };
         let verifier = rustls::client::WebPkiServerVerifier::builder(self.roots()?)
             .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         let server_name = rustls::pki_types::ServerName::try_from(node_server_name(name))
             .map_err(|e| not_this(e.to_string()))?;
         let (leaf, rest) = self
@@ -309,26 +269,26 @@ impl ClusterCredentials {
         .map_err(|e| not_this(e.to_string()))
     }
 
-    fn roots(&self) -> Result<Arc<rustls::RootCertStore>, TlsError> {
+    fn roots(&self) -> Result<Arc<rustls::RootCertStore>, NetError> {
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(self.ca.clone())
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         Ok(Arc::new(roots))
     }
 
     /// quinn server configuration: requires a client certificate from the cluster CA.
-    pub fn server_config(&self, cfg: &NetConfig) -> Result<quinn::ServerConfig, TlsError> {
+    pub fn server_config(&self, cfg: &NetConfig) -> Result<quinn::ServerConfig, NetError> {
         let verifier = rustls::server::WebPkiClientVerifier::builder(self.roots()?)
             .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         let mut tls = rustls::ServerConfig::builder()
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(Arc::new(transport_config(cfg)));
         // A connection stays at its admitted address (`identity::check_origin`).
@@ -337,14 +297,14 @@ impl ClusterCredentials {
     }
 
     /// quinn client configuration: presents this node's certificate, trusts only the CA.
-    pub fn client_config(&self, cfg: &NetConfig) -> Result<quinn::ClientConfig, TlsError> {
+    pub fn client_config(&self, cfg: &NetConfig) -> Result<quinn::ClientConfig, NetError> {
         let mut tls = rustls::ClientConfig::builder()
             .with_root_certificates(self.roots()?)
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| NetError::TlsConfig(e.to_string()))?;
         let mut client = quinn::ClientConfig::new(Arc::new(crypto));
         client.transport_config(Arc::new(transport_config(cfg)));
         Ok(client)
@@ -491,7 +451,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ca = ClusterCa::generate().unwrap();
         for bad in ["../escaped", "", ".hidden", "a/b"] {
-            assert!(matches!(ca.issue(bad), Err(TlsError::NodeName(_))), "{bad}");
+            assert!(matches!(ca.issue(bad), Err(NetError::NodeName(_))), "{bad}");
             let creds = ca.issue("ok").unwrap();
             assert!(creds.write(dir.path(), bad).is_err(), "{bad}");
         }

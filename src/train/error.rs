@@ -110,7 +110,7 @@ pub enum TrainError {
     Launch(#[from] crate::launcher::LaunchError),
     /// The cluster's certificates could not be made.
     #[error("certificates")]
-    Tls(#[from] petrel_net::tls::TlsError),
+    Tls(#[from] petrel_net::NetError),
     /// `--netns` on a machine without network namespaces (or without root).
     #[error("--netns needs network namespaces")]
     NetnsUnavailable(#[source] NetnsError),
@@ -118,8 +118,14 @@ pub enum TrainError {
     #[error("cannot create network namespaces")]
     Namespaces(#[source] NetnsError),
     /// The job failed more often than `--max-restarts` allows.
-    #[error(transparent)]
-    Restarts(#[from] Box<crate::recovery::RecoveryError<TrainError>>),
+    #[error("{source} (gave up after {restarts} restart(s); raise --max-restarts to try more)")]
+    Restarts {
+        /// Restarts tried.
+        restarts: u32,
+        /// The last attempt's failure.
+        #[source]
+        source: Box<TrainError>,
+    },
     /// A file or directory could not be read, created or written.
     #[error("{}: {source}", path.display())]
     Io {
@@ -137,15 +143,10 @@ pub enum TrainError {
     /// The JSON figures could not be printed.
     #[error("JSON output")]
     JsonOutput(#[source] serde_json::Error),
-    /// The model file cannot be used.
+    /// The model file cannot be used, the data file cannot be read, or the data does not
+    /// fit the saved model.
     #[error(transparent)]
-    Model(#[from] petrel_ml::model::ModelFileError),
-    /// The data file cannot be read.
-    #[error(transparent)]
-    DataFile(#[from] petrel_ml::data::DataError),
-    /// The data does not fit the saved model.
-    #[error(transparent)]
-    Fit(#[from] petrel_ml::model::ModelDataError),
+    Ml(#[from] petrel_ml::MlError),
     /// A plot could not be drawn.
     #[error("{}: {reason}", path.display())]
     Plot { path: PathBuf, reason: String },

@@ -531,7 +531,10 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
                     let scheme = petrel_strads::core::checkpoint::SCHEME;
                     crate::recovery::round_resume_point(checkpoints.as_deref()?, scheme)
                 },
-                |spent| TrainError::Restarts(Box::new(spent)),
+                |restarts, source| TrainError::Restarts {
+                restarts,
+                source: Box::new(source),
+            },
                 |resume, attempt| {
                     let mut job = job.clone();
                     if let Some((_, resumes)) = A::checkpoints(&mut job) {
@@ -604,7 +607,10 @@ where
                 petrel_ps::checkpoint::fits_layout(ck, name, shards, workers)
             })
         },
-        |spent| TrainError::Restarts(Box::new(spent)),
+        |restarts, source| TrainError::Restarts {
+                restarts,
+                source: Box::new(source),
+            },
         |resume, _| {
             let mut args = args.clone();
             if let Some(files) = <A as TrainApp>::ps_checkpoints(&mut args.config) {

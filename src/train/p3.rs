@@ -214,7 +214,10 @@ pub fn train(args: P3TrainArgs) -> Result<(), TrainError> {
         args.max_restarts,
         TrainError::is_node_death,
         || crate::recovery::round_resume_point(&ckpt_dir, petrel_p3::checkpoint::SCHEME),
-        |spent| TrainError::Restarts(Box::new(spent)),
+        |restarts, source| TrainError::Restarts {
+                restarts,
+                source: Box::new(source),
+            },
         |resume, _| {
             let cfg = P3Settings {
                 resume: resume || args.resume,

@@ -5,10 +5,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::TrainError;
+use petrel_ml::MlError;
 use petrel_ml::data::{load_bow, load_labelled_ratings, load_libsvm};
 use petrel_ml::model::{
-    Figures, MODEL_FILE, ModelFileError, ModelParams, NetworkModel, SavedModel, Unseen,
-    require_some, unseen_features,
+    Figures, MODEL_FILE, ModelParams, NetworkModel, SavedModel, Unseen, require_some,
+    unseen_features,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -123,7 +124,7 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, TrainError> {
             | (ModelApp::P3, ModelParams::Network(_))
     );
     if !kind_ok {
-        return Err(ModelFileError::Inconsistent {
+        return Err(MlError::InconsistentModel {
             path: path(),
             reason: format!(
                 "its parameters are not those of a {} model",

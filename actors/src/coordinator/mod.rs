@@ -1,5 +1,5 @@
 //! The coordinator: membership, heartbeats, failure detection and barriers.
-//! [`ClusterCore`] (`core.rs`) decides; the [`Coordinator`] actor on one node and a
+//! `ClusterCore` (`core.rs`) decides; the [`Coordinator`] actor on one node and a
 //! [`NodeAgent`] on every node are thin shells around it:
 //!
 //! - nodes `Join`, answered once all joined; a node whose join times out asks `JoinStatus`;
@@ -14,7 +14,7 @@
 
 mod core;
 
-pub use self::core::{ClusterCore, MembershipError, Outcome, check_claim};
+pub(crate) use self::core::{ClusterCore, MembershipError, Outcome, check_claim};
 
 use crate::address::Msg;
 use crate::error::{HandlerError, NodeError};
@@ -47,7 +47,7 @@ pub struct Coordinator {
 }
 
 /// Join and barrier waiters share the core's waiter type.
-pub enum WaiterSlot {
+pub(crate) enum WaiterSlot {
     /// A node waiting for the cluster to form.
     Join(Responder<Vec<Member>>),
     /// A node waiting at a barrier.

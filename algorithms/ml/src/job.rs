@@ -16,6 +16,8 @@ use std::fmt::Display;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::MlError;
+
 /// A setting whose value cannot be right.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{key} = {value}: {reason}")]
@@ -166,20 +168,6 @@ pub struct HistoryRecord {
     pub values: BTreeMap<String, f64>,
 }
 
-/// A figure that became NaN or infinite.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("the run diverged: {figure} became {value} at step {step}; {advice}")]
-pub struct Diverged {
-    /// The figure.
-    pub figure: String,
-    /// Its value.
-    pub value: f64,
-    /// The step where it happened.
-    pub step: u64,
-    /// What to change (the app's advice, e.g. a smaller learning rate).
-    pub advice: String,
-}
-
 /// The one `metrics.json` of every app.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunMetrics {
@@ -201,23 +189,6 @@ pub struct RunMetrics {
     /// The app's own figures, beside the common ones.
     #[serde(flatten)]
     pub details: serde_json::Map<String, serde_json::Value>,
-}
-
-/// Why a run's outputs were not written.
-#[derive(Debug, thiserror::Error)]
-pub enum FinishError {
-    /// A figure became NaN or infinite.
-    #[error(transparent)]
-    Diverged(#[from] Diverged),
-    /// An output file could not be written.
-    #[error("writing {}: {source}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// The OS or encoder error.
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl RunMetrics {
@@ -262,23 +233,23 @@ impl RunMetrics {
     }
 
     /// Writes `files`, `history.csv` and last `metrics.json` (the mark of a finished run) into
-    /// `dir`, each atomically; nothing when a figure is not finite ([`Diverged`]).
+    /// `dir`, each atomically; nothing when a figure is not finite ([`MlError::Diverged`]).
     pub fn finish_run(
         &self,
         dir: &Path,
         files: &[(&str, &[u8])],
         advice: &str,
-    ) -> Result<(), FinishError> {
+    ) -> Result<(), MlError> {
         self.check_finite(advice)?;
         let write = |name: &str, bytes: &[u8]| {
             let path = dir.join(name);
-            write_atomic(&path, bytes).map_err(|source| FinishError::Write { path, source })
+            write_atomic(&path, bytes).map_err(|source| MlError::Write { path, source })
         };
         for (name, bytes) in files {
             write(name, bytes)?;
         }
         write("history.csv", self.history_csv().as_bytes())?;
-        let json = serde_json::to_vec_pretty(self).map_err(|e| FinishError::Write {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| MlError::Write {
             path: dir.join("metrics.json"),
             source: std::io::Error::other(e),
         })?;
@@ -286,8 +257,8 @@ impl RunMetrics {
         Ok(())
     }
 
-    /// The first non-finite figure of the history or the finals, as a [`Diverged`].
-    pub fn check_finite(&self, advice: &str) -> Result<(), Diverged> {
+    /// The first non-finite figure of the history or the finals, as an [`MlError::Diverged`].
+    pub fn check_finite(&self, advice: &str) -> Result<(), MlError> {
         let last_step = self.history.last().map(|r| r.step).unwrap_or(0);
         let finals = self.final_figures.iter().map(|(k, v)| (last_step, k, *v));
         self.history
@@ -296,7 +267,7 @@ impl RunMetrics {
             .chain(finals)
             .find(|(_, _, v)| !v.is_finite())
             .map_or(Ok(()), |(step, figure, value)| {
-                Err(Diverged {
+                Err(MlError::Diverged {
                     figure: figure.clone(),
                     value,
                     step,
@@ -388,7 +359,10 @@ mod tests {
     fn a_non_finite_figure_is_divergence_naming_it() {
         let m = metrics(vec![record(0, 2.0), record(3, f64::NAN)]);
         let e = m.check_finite("lower the learning rate").unwrap_err();
-        assert_eq!((e.figure.as_str(), e.step), ("loss", 3));
+        assert!(
+            matches!(&e, MlError::Diverged { figure, step: 3, .. } if figure == "loss"),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("lower the learning rate"));
     }
 

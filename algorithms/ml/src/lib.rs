@@ -12,12 +12,16 @@
 
 pub mod data;
 pub mod dnn;
+mod error;
 pub mod job;
 pub mod model;
 pub mod topic;
 
+pub use error::MlError;
+
 /// The names most code needs: `use petrel_ml::prelude::*;`.
 pub mod prelude {
-    pub use crate::data::{Corpus, DataError, Ratings, SparseDataset};
+    pub use crate::MlError;
+    pub use crate::data::{Corpus, Ratings, SparseDataset};
     pub use crate::topic::{LdaConfig, SparseSampler, TopicCounts};
 }

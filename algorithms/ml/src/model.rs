@@ -8,12 +8,13 @@
 //! ps-lda) or a [`NetworkModel`] (p3, evaluated by `petrel_p3`).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::MlError;
 use crate::data::{Corpus, SparseDataset, SparseRow};
 
 /// The file name of a saved model inside an output directory.
@@ -138,96 +139,6 @@ pub struct TopicModel {
     pub vocab: Option<Vec<String>>,
 }
 
-/// Why a saved model cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelFileError {
-    /// The file could not be read.
-    #[error("model file {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file ends early (an interrupted copy or write).
-    #[error("model file {} is truncated: {source}", path.display())]
-    Truncated {
-        /// The file.
-        path: PathBuf,
-        /// The decoder's error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The file is not a petrel model of this version's layout.
-    #[error("model file {} is not a petrel model: {source}", path.display())]
-    NotAModel {
-        /// The file.
-        path: PathBuf,
-        /// The decoder's error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The file's format field is not [`MODEL_FORMAT`].
-    #[error("model file {}: format {found:?} is not {MODEL_FORMAT:?}", path.display())]
-    WrongFormat {
-        /// The file.
-        path: PathBuf,
-        /// Its format field.
-        found: String,
-    },
-    /// Written by another version of petrel.
-    #[error("model file {}: version {found} is not supported (this petrel reads version {MODEL_VERSION}); retrain the model", path.display())]
-    WrongVersion {
-        /// The file.
-        path: PathBuf,
-        /// Its version.
-        found: u32,
-    },
-    /// Trained by another app.
-    #[error("model file {} was trained by `{found}`, not `{expected}`; use `petrel eval {found} ...`", path.display())]
-    WrongApp {
-        /// The file.
-        path: PathBuf,
-        /// The app that trained it.
-        found: String,
-        /// The app asked for.
-        expected: String,
-    },
-    /// The parameters do not fit together (a row of the wrong width, ...).
-    #[error("model file {}: {reason}", path.display())]
-    Inconsistent {
-        /// The file.
-        path: PathBuf,
-        /// What does not fit.
-        reason: String,
-    },
-}
-
-/// Why data does not fit a model.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelDataError {
-    /// The data file's content does not fit the model, or holds nothing to evaluate or
-    /// predict.
-    #[error("{}: {reason}", path.display())]
-    Mismatch {
-        /// The data file.
-        path: PathBuf,
-        /// What does not fit or is missing.
-        reason: String,
-    },
-    /// A user asked for is not in the model.
-    #[error("user {0:?} is not in the model (it had no training ratings)")]
-    UnknownUser(String),
-}
-
-impl ModelDataError {
-    fn mismatch(path: &Path, reason: impl Into<String>) -> Self {
-        let (path, reason) = (path.to_path_buf(), reason.into());
-        ModelDataError::Mismatch { path, reason }
-    }
-}
-
 /// The largest magnitude a saved real parameter may have (beyond it a model diverged).
 pub const MAX_PARAMETER: f64 = 1e12;
 
@@ -326,7 +237,7 @@ impl SavedModel {
 
     /// Reads `path` (a model file, or a directory holding [`MODEL_FILE`]) written by this
     /// version for `app`.
-    pub fn load(path: &Path, app: &str) -> Result<SavedModel, ModelFileError> {
+    pub fn load(path: &Path, app: &str) -> Result<SavedModel, MlError> {
         let path = if path.is_dir() {
             path.join(MODEL_FILE)
         } else {
@@ -334,21 +245,21 @@ impl SavedModel {
         };
         match std::fs::read(&path) {
             Ok(bytes) => Self::decode(&bytes, &path, app),
-            Err(source) => Err(ModelFileError::Io { path, source }),
+            Err(source) => Err(MlError::ModelIo { path, source }),
         }
     }
 
     /// Decodes a model file's bytes (`path` names it in errors).
-    pub fn decode(bytes: &[u8], path: &Path, app: &str) -> Result<SavedModel, ModelFileError> {
+    pub fn decode(bytes: &[u8], path: &Path, app: &str) -> Result<SavedModel, MlError> {
         let file = || path.to_path_buf();
         let decode_error = |source: serde_json::Error| {
             if source.is_eof() {
-                ModelFileError::Truncated {
+                MlError::ModelTruncated {
                     path: file(),
                     source,
                 }
             } else {
-                ModelFileError::NotAModel {
+                MlError::NotAModel {
                     path: file(),
                     source,
                 }
@@ -357,15 +268,15 @@ impl SavedModel {
         let header: Header = serde_json::from_slice(bytes).map_err(decode_error)?;
         let (found, path) = (header.format, file());
         if found != MODEL_FORMAT {
-            return Err(ModelFileError::WrongFormat { path, found });
+            return Err(MlError::WrongFormat { path, found });
         }
         let found = header.version;
         if found != MODEL_VERSION {
-            return Err(ModelFileError::WrongVersion { path, found });
+            return Err(MlError::WrongVersion { path, found });
         }
         let (found, expected) = (header.app, app.to_string());
         if found != app {
-            return Err(ModelFileError::WrongApp {
+            return Err(MlError::WrongApp {
                 path,
                 found,
                 expected,
@@ -373,7 +284,7 @@ impl SavedModel {
         }
         let model: SavedModel = serde_json::from_slice(bytes).map_err(decode_error)?;
         if let Err(reason) = model.check() {
-            return Err(ModelFileError::Inconsistent { path, reason });
+            return Err(MlError::InconsistentModel { path, reason });
         }
         Ok(model)
     }
@@ -482,7 +393,7 @@ impl SavedModel {
         path: &Path,
         iterations: usize,
         seed: u64,
-    ) -> Result<(Figures, Unseen), crate::data::DataError> {
+    ) -> Result<(Figures, Unseen), MlError> {
         use crate::data::{load_bow, load_labelled_ratings, load_libsvm};
         Ok(match &self.params {
             ModelParams::Linear(m) => {
@@ -508,13 +419,13 @@ impl SavedModel {
                 require_some(corpus.docs.len(), "documents", path)?;
                 if !corpus.docs.iter().any(|d| d.len() >= 2) {
                     let why = "no document has 2 or more words the model knows: nothing to score";
-                    return Err(ModelDataError::mismatch(path, why).into());
+                    return Err(MlError::does_not_fit(path, why));
                 }
                 (m.evaluate(&corpus, iterations, seed), unseen)
             }
             ModelParams::Network(_) => {
                 let why = "a P3 network model: use `petrel eval p3`";
-                return Err(ModelDataError::mismatch(path, why).into());
+                return Err(MlError::does_not_fit(path, why));
             }
         })
     }
@@ -526,7 +437,7 @@ impl SavedModel {
         metrics: &mut crate::job::RunMetrics,
         test_data: Option<&Path>,
         seed: u64,
-    ) -> Result<(), crate::data::DataError> {
+    ) -> Result<(), MlError> {
         self.add_heldout_with(metrics, test_data, HELDOUT_FOLD_IN_SWEEPS, seed)
     }
 
@@ -537,7 +448,7 @@ impl SavedModel {
         test_data: Option<&Path>,
         sweeps: usize,
         seed: u64,
-    ) -> Result<(), crate::data::DataError> {
+    ) -> Result<(), MlError> {
         let Some(path) = test_data else {
             return Ok(());
         };
@@ -553,12 +464,12 @@ impl SavedModel {
 }
 
 /// Refuses a data file with no `what` (rows, ratings, documents).
-pub fn require_some(n: usize, what: &str, path: &Path) -> Result<(), ModelDataError> {
+pub fn require_some(n: usize, what: &str, path: &Path) -> Result<(), MlError> {
     if n > 0 {
         return Ok(());
     }
     let why = format!("the file holds no {what}: nothing to evaluate or predict");
-    Err(ModelDataError::mismatch(path, why))
+    Err(MlError::does_not_fit(path, why))
 }
 
 /// The feature values of `data` beyond a model of `n_features` features (counted as 0).
@@ -740,7 +651,7 @@ impl SoftmaxModel {
     }
 
     /// `accuracy` and `log_loss` (mean) on `data`; a label the model never saw is an error.
-    pub fn evaluate(&self, data: &SparseDataset, path: &Path) -> Result<Figures, ModelDataError> {
+    pub fn evaluate(&self, data: &SparseDataset, path: &Path) -> Result<Figures, MlError> {
         let n = data.rows.len().max(1) as f64;
         let (mut correct, mut loss) = (0usize, 0.0f64);
         for (row, (x, y)) in data.rows.iter().zip(&data.labels).enumerate() {
@@ -754,7 +665,7 @@ impl SoftmaxModel {
                         "row {}: label {y} is not one of the model's classes {classes:?}",
                         row + 1
                     );
-                    ModelDataError::mismatch(path, why)
+                    MlError::does_not_fit(path, why)
                 })?;
             let p = self.probabilities(x);
             correct += usize::from(argmax(&p) == class);
@@ -813,11 +724,7 @@ impl FactorModel {
 
     /// Held-out `rmse`, `mae`, `baseline_rmse` (predicting these ratings' mean) and how many
     /// pairs had an unknown user or item.
-    pub fn evaluate(
-        &self,
-        ratings: &[LabelledRating],
-        path: &Path,
-    ) -> Result<Figures, ModelDataError> {
+    pub fn evaluate(&self, ratings: &[LabelledRating], path: &Path) -> Result<Figures, MlError> {
         let index = self.index();
         let (mut sse, mut sae, mut unknown) = (0.0f64, 0.0f64, 0usize);
         let mut truth = Vec::with_capacity(ratings.len());
@@ -827,7 +734,7 @@ impl FactorModel {
                     "pair {} ({user}, {item}) has no rating to evaluate",
                     line + 1
                 );
-                ModelDataError::mismatch(path, why)
+                MlError::does_not_fit(path, why)
             })?;
             let (u, i) = (index.users.get(user), index.items.get(item));
             unknown += usize::from(u.is_none() || i.is_none());
@@ -872,12 +779,12 @@ impl FactorModel {
         user: &str,
         top: usize,
         exclude: &std::collections::HashSet<String>,
-    ) -> Result<Vec<(String, f64)>, ModelDataError> {
+    ) -> Result<Vec<(String, f64)>, MlError> {
         let index = self.index();
         let u = *index
             .users
             .get(user)
-            .ok_or_else(|| ModelDataError::UnknownUser(user.into()))?;
+            .ok_or_else(|| MlError::UnknownUser(user.into()))?;
         let mut scored: Vec<(String, f64)> = self
             .item_ids
             .iter()

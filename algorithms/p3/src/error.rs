@@ -110,12 +110,11 @@ pub enum P3Error {
         #[source]
         source: serde_json::Error,
     },
-    /// A data set of a real model could not be read or made.
+    /// A data set of a real model could not be read or made, a saved model file cannot be
+    /// used (wrong format, version or app, or bad JSON), or the optimiser rejected a built-in
+    /// model's tensor (lengths differ).
     #[error(transparent)]
-    Data(#[from] petrel_ml::dnn::data::DnnDataError),
-    /// A saved model file cannot be used (wrong format, version or app, or bad JSON).
-    #[error(transparent)]
-    ModelFile(#[from] petrel_ml::model::ModelFileError),
+    Ml(#[from] petrel_ml::MlError),
     /// A P3 model file (safetensors) cannot be written or read (the source says why).
     #[error("model file {}", .path.display())]
     ModelFormat {
@@ -145,9 +144,6 @@ pub enum P3Error {
         #[source]
         source: Box<P3Error>,
     },
-    /// The optimiser rejected a built-in model's tensor (lengths differ).
-    #[error(transparent)]
-    Optimizer(#[from] petrel_ml::dnn::DnnError),
     /// candle rejected a shape, a tensor or an operation.
     #[cfg(feature = "candle")]
     #[error("candle: {0}")]

@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel, SavedModel};
+use petrel_ml::MlError;
+use petrel_ml::model::{ModelParams, NetworkModel, SavedModel};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
@@ -186,7 +187,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     }
     let app = get("app")?;
     if app != MODEL_APP {
-        return Err(ModelFileError::WrongApp {
+        return Err(MlError::WrongApp {
             path: path.to_path_buf(),
             found: app.chars().take(64).collect(),
             expected: MODEL_APP.into(),
@@ -210,7 +211,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     };
     let total = total.ok_or_else(|| tensor_err("*", "the parameter count overflows".into()))?;
     crate::models::architecture::check_counts(&net, &input, width, classes, file.len(), total)
-        .map_err(|e| ModelFileError::Inconsistent {
+        .map_err(|e| MlError::InconsistentModel {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
@@ -268,7 +269,7 @@ pub fn resolve(path: &Path) -> PathBuf {
 /// architecture against its tensors (before any network is built).
 pub fn read(path: &Path) -> Result<SavedModel, P3Error> {
     let path = resolve(path);
-    let bytes = std::fs::read(&path).map_err(|source| ModelFileError::Io {
+    let bytes = std::fs::read(&path).map_err(|source| MlError::ModelIo {
         path: path.clone(),
         source,
     })?;
@@ -277,7 +278,7 @@ pub fn read(path: &Path) -> Result<SavedModel, P3Error> {
     }
     let saved = SavedModel::decode(&bytes, &path, MODEL_APP)?;
     let ModelParams::Network(model) = &saved.params else {
-        return Err(ModelFileError::Inconsistent {
+        return Err(MlError::InconsistentModel {
             path,
             reason: "its parameters are not those of a network".into(),
         }

@@ -16,7 +16,6 @@ use crate::core::error::PsCoreError;
 use crate::core::shard::{PsShardCore, TableSnapshot};
 use crate::core::types::Clock;
 use petrel_actors::checkpoint::{self as set, CheckpointError, CheckpointSet, PartEntry};
-use petrel_actors::durable::DurableError;
 
 /// The scheme of job checkpoints.
 pub const SCHEME: &str = "ps";
@@ -29,22 +28,13 @@ fn bad(path: &Path, reason: impl Into<String>) -> PsCoreError {
     }
 }
 
-impl From<DurableError> for PsCoreError {
-    fn from(e: DurableError) -> Self {
-        match e {
-            DurableError::Io { path, source } => PsCoreError::CheckpointIo {
-                path: path.display().to_string(),
-                source,
-            },
-            other => bad(other.path(), other.reason()),
-        }
-    }
-}
-
 impl From<CheckpointError> for PsCoreError {
     fn from(e: CheckpointError) -> Self {
         match e {
-            CheckpointError::File(d) => d.into(),
+            CheckpointError::Io { path, source } => PsCoreError::CheckpointIo {
+                path: path.display().to_string(),
+                source,
+            },
             other => bad(other.path(), other.reason()),
         }
     }

@@ -36,15 +36,14 @@ pub enum PsError {
         /// How long it waited.
         timeout: Duration,
     },
-    /// The actor runtime refused (registration, an unknown node, a failed cluster run).
+    /// The actor runtime refused (registration, an unknown node, a failed cluster run), or
+    /// a built-in role's job could not be built from its `[app.*]` section.
     #[error(transparent)]
     Node(#[from] NodeError),
-    /// A built-in role's job could not be built from its `[app.*]` section.
+    /// Loading a data file or generating synthetic data failed, or a figure became NaN or
+    /// infinite (nothing was written).
     #[error(transparent)]
-    Job(#[from] petrel_actors::AppJobError),
-    /// Loading a data file or generating synthetic data failed.
-    #[error(transparent)]
-    Data(#[from] petrel_ml::data::DataError),
+    Ml(#[from] petrel_ml::MlError),
     /// A shard hit a fatal error (a protocol violation or a worker it cannot reach).
     #[error("ps shard {shard} on node {node} failed")]
     ShardFailed {
@@ -142,9 +141,6 @@ pub enum PsError {
         /// What is wrong.
         reason: String,
     },
-    /// A figure became NaN or infinite; nothing was written.
-    #[error(transparent)]
-    Diverged(#[from] petrel_ml::job::Diverged),
     /// A setting's value cannot be right (names the key).
     #[error("invalid {app} setting {source}")]
     InvalidSetting {

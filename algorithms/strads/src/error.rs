@@ -22,12 +22,9 @@ pub enum StradsError {
     /// The node failed (settings, barrier, actor lookup).
     #[error(transparent)]
     Node(#[from] NodeError),
-    /// Input data did not load.
+    /// Input data did not load, or a figure became NaN or infinite (nothing was written).
     #[error(transparent)]
-    Data(#[from] petrel_ml::data::DataError),
-    /// A figure became NaN or infinite; nothing was written.
-    #[error(transparent)]
-    Diverged(#[from] petrel_ml::job::Diverged),
+    Ml(#[from] petrel_ml::MlError),
     /// A setting's value cannot be right (names the key).
     #[error("invalid setting {0}")]
     InvalidSetting(#[from] petrel_ml::job::InvalidSetting),

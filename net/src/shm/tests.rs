@@ -54,7 +54,10 @@ fn a_frame_goes_through_a_slot_that_is_reused_once_read() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     // A replayed control frame finds its slot free again once read.
     drop(rx.receive(&c3, MAX).unwrap());
-    assert!(matches!(rx.receive(&c3, MAX), Err(ShmError::Slot { .. })));
+    assert!(matches!(
+        rx.receive(&c3, MAX),
+        Err(NetError::ShmSlot { .. })
+    ));
     // Shutdown deletes the sender's files.
     tx.clean_up();
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -147,11 +150,14 @@ fn bad_control_frames_are_refused() {
     );
     assert!(matches!(
         ShmReceiver::new(None, NodeId(5)).receive(&c, MAX),
-        Err(ShmError::NotEnabled)
+        Err(NetError::ShmNotEnabled)
     ));
     // Over the bound: refused before any file is opened.
     let mut rx = ShmReceiver::new(Some(dir.path().into()), NodeId(5));
-    assert!(matches!(rx.receive(&c, 100), Err(ShmError::OutOfBounds(_))));
+    assert!(matches!(
+        rx.receive(&c, 100),
+        Err(NetError::ShmOutOfBounds(_))
+    ));
     // A control frame that names another node's slot (this node is 6) finds no file.
     let mut other = ShmReceiver::new(Some(dir.path().into()), NodeId(6));
     let err = other.receive(&c, MAX).unwrap_err();

@@ -13,7 +13,7 @@ use super::text::{
     Blocks, Chunk, ChunkParser, ReaderBlocks, Start, each_line, parse_chunks, parse_lines,
     parse_uint, three_words, trim,
 };
-use super::{DataError, DataLimits, ReadDigest, open_buffered};
+use super::{DataLimits, MlError, ReadDigest, open_buffered};
 
 /// A tokenised corpus: each document its 0-based word ids, one per token.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -102,7 +102,7 @@ impl CorpusStats {
 pub fn load_bow(
     docword_path: impl AsRef<Path>,
     vocab_path: Option<&Path>,
-) -> Result<Corpus, DataError> {
+) -> Result<Corpus, MlError> {
     Ok(load_bow_digested(docword_path, vocab_path)?.0)
 }
 
@@ -110,7 +110,7 @@ pub fn load_bow(
 pub fn load_bow_digested(
     docword_path: impl AsRef<Path>,
     vocab_path: Option<&Path>,
-) -> Result<(Corpus, ReadDigest), DataError> {
+) -> Result<(Corpus, ReadDigest), MlError> {
     let docword_path = docword_path.as_ref();
     let entries = load_entries_shared(docword_path)?;
     let mut assembler = Assembler::new(&|_| true);
@@ -120,7 +120,7 @@ pub fn load_bow_digested(
     if let Some(vocab_path) = vocab_path {
         let vocab = parse_vocab(open_buffered(vocab_path)?, vocab_path)?;
         if vocab.len() != corpus.vocab_size {
-            return Err(DataError::malformed(
+            return Err(MlError::malformed(
                 vocab_path,
                 vocab.len(),
                 format!(
@@ -194,7 +194,7 @@ impl Cached for DocwordFile {
 }
 
 /// The entries of the docword file `path` as the process shares them.
-fn load_entries_shared(path: &Path) -> Result<Arc<DocwordFile>, DataError> {
+fn load_entries_shared(path: &Path) -> Result<Arc<DocwordFile>, MlError> {
     cache::load_file(path, "docword", false, |source, limits, size| {
         collect_entries(source, path, limits, size)
     })
@@ -206,7 +206,7 @@ fn collect_entries(
     name: &Path,
     limits: &DataLimits,
     size: SizeRule,
-) -> Result<DocwordFile, DataError> {
+) -> Result<DocwordFile, MlError> {
     let mut entries = Entries::default();
     let header = docword(source, name, limits, size, |_, chunk| {
         entries.docs.extend_from_slice(&chunk.docs);
@@ -221,14 +221,14 @@ fn collect_entries(
 pub fn parse_vocab(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
-) -> Result<Vec<String>, DataError> {
+) -> Result<Vec<String>, MlError> {
     let name = name_for_errors.as_ref();
     let mut words = Vec::new();
     let mut source = ReaderBlocks::new(reader, name);
     each_line(name, &mut source, Start::default(), |line_no, line, _| {
         let word = line.trim();
         if word.is_empty() {
-            return Err(DataError::malformed(name, line_no, "empty vocabulary line"));
+            return Err(MlError::malformed(name, line_no, "empty vocabulary line"));
         }
         words.push(word.to_owned());
         Ok(true)
@@ -244,7 +244,7 @@ pub const MAX_COUNT_PER_ENTRY: u64 = 100_000;
 pub fn parse_docword(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
-) -> Result<Corpus, DataError> {
+) -> Result<Corpus, MlError> {
     parse_docword_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
 }
 
@@ -256,7 +256,7 @@ pub fn parse_docword_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
-) -> Result<Corpus, DataError> {
+) -> Result<Corpus, MlError> {
     let (name, size) = (name_for_errors.as_ref(), SizeRule::new(None)?);
     Ok(parse_docword_part(reader, name, limits, size, &|_| true)?.0)
 }
@@ -270,7 +270,7 @@ pub(crate) fn parse_docword_part(
     limits: &DataLimits,
     size: SizeRule,
     keep: &dyn Fn(usize) -> bool,
-) -> Result<(Corpus, CorpusStats, ReadDigest), DataError> {
+) -> Result<(Corpus, CorpusStats, ReadDigest), MlError> {
     let mut assembler = Assembler::new(keep);
     let mut source = ReaderBlocks::new(reader, name);
     let header = docword(&mut source, name, limits, size, |header, chunk| {
@@ -348,7 +348,7 @@ fn docword(
     limits: &DataLimits,
     size: SizeRule,
     mut sink: impl FnMut(&[usize; 3], &Entries),
-) -> Result<[usize; 3], DataError> {
+) -> Result<[usize; 3], MlError> {
     let mut header: Vec<usize> = Vec::with_capacity(3);
     let mut header_lines: Vec<usize> = Vec::with_capacity(3);
     let start = each_line(name, source, Start::default(), |line_no, line, bytes| {
@@ -356,7 +356,7 @@ fn docword(
         if content.is_empty() {
             return Ok(true);
         }
-        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let bad = |msg: String| MlError::malformed(name, line_no, msg);
         let what = ["document count D", "vocabulary size W", "entry count NNZ"][header.len()];
         let clipped = super::libsvm::clip(content);
         let value: usize = parse_uint(content)
@@ -378,7 +378,7 @@ fn docword(
     })?;
     let &[n_docs, vocab_size, nnz] = header.as_slice() else {
         let missing = "missing header (D, W, NNZ on three lines)";
-        return Err(DataError::malformed(name, start.line, missing));
+        return Err(MlError::malformed(name, start.line, missing));
     };
     let header = [n_docs, vocab_size, nnz];
     let parser = DocwordParser {
@@ -395,7 +395,7 @@ fn docword(
     })?;
     if end.entries != nnz as u64 {
         let found = format!("header says NNZ = {nnz} but found {} entries", end.entries);
-        return Err(DataError::malformed(name, end.line, found));
+        return Err(MlError::malformed(name, end.line, found));
     }
     if !size.is_known() {
         for (k, what) in ["document count D", "vocabulary size W"]
@@ -442,13 +442,13 @@ impl DocwordParser<'_> {
         ascii: bool,
         start: Start,
         chunk: &mut Chunk<Entries>,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), MlError> {
         let content = trim(line, ascii);
         if content.is_empty() {
             return Ok(());
         }
         let (name, line_no) = (self.name, start.line + chunk.lines);
-        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let bad = |msg: String| MlError::malformed(name, line_no, msg);
         let Some(fields) = three_words(content, ascii) else {
             return Err(bad("entry must be `docID wordID count`".into()));
         };

@@ -23,7 +23,7 @@ use rustc_hash::FxHasher;
 
 use super::limits::SizeRule;
 use super::text::{Blocks, ReaderBlocks, SliceBlocks};
-use super::{DataError, DataLimits};
+use super::{DataLimits, MlError};
 
 /// The environment variable that turns the binary cache off (`off`, `0`, `false`, `no`).
 pub const CACHE_ENV: &str = "PETREL_DATA__CACHE";
@@ -50,8 +50,8 @@ pub(crate) struct FileKey {
 
 impl FileKey {
     /// The key of the regular file `path` opened as `file`; `None` for anything else.
-    pub(crate) fn of(path: &Path, file: &std::fs::File) -> Result<Option<FileKey>, DataError> {
-        let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
+    pub(crate) fn of(path: &Path, file: &std::fs::File) -> Result<Option<FileKey>, MlError> {
+        let meta = file.metadata().map_err(|e| MlError::io(path, e))?;
         if !meta.is_file() {
             return Ok(None);
         }
@@ -103,8 +103,8 @@ fn registry() -> &'static Mutex<HashMap<(FileKey, &'static str), Slot>> {
 pub(crate) fn shared<T: Any + Send + Sync>(
     key: &FileKey,
     kind: &'static str,
-    load: impl FnOnce() -> Result<T, DataError>,
-) -> Result<Arc<T>, DataError> {
+    load: impl FnOnce() -> Result<T, MlError>,
+) -> Result<Arc<T>, MlError> {
     let slot = {
         let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
         // Drop the slots nobody holds or waits on.
@@ -203,9 +203,9 @@ pub(crate) fn load_file<T: Cached + Any + Send + Sync>(
     path: &Path,
     kind: &'static str,
     whole: bool,
-    parse: impl Fn(&mut dyn Blocks, &DataLimits, SizeRule) -> Result<T, DataError>,
-) -> Result<Arc<T>, DataError> {
-    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    parse: impl Fn(&mut dyn Blocks, &DataLimits, SizeRule) -> Result<T, MlError>,
+) -> Result<Arc<T>, MlError> {
+    let file = std::fs::File::open(path).map_err(|e| MlError::io(path, e))?;
     let (limits, key) = (DataLimits::from_env()?, FileKey::of(path, &file)?);
     let parse_once = || {
         parse_file(path, &file, key.as_ref(), whole, |s, size| {
@@ -228,13 +228,13 @@ pub(crate) fn parse_file<T>(
     file: &std::fs::File,
     key: Option<&FileKey>,
     whole: bool,
-    mut parse: impl FnMut(&mut dyn Blocks, SizeRule) -> Result<T, DataError>,
-) -> Result<T, DataError> {
+    mut parse: impl FnMut(&mut dyn Blocks, SizeRule) -> Result<T, MlError>,
+) -> Result<T, MlError> {
     let size = SizeRule::new(key.map(|k| k.len))?;
     let read_whole = || {
         let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut &*file, &mut bytes).map_err(|e| DataError::io(path, e))?;
-        Ok::<_, DataError>(bytes)
+        std::io::Read::read_to_end(&mut &*file, &mut bytes).map_err(|e| MlError::io(path, e))?;
+        Ok::<_, MlError>(bytes)
     };
     let Some(key) = key else {
         return if whole {
@@ -261,7 +261,7 @@ pub(crate) fn parse_file<T>(
         }
     };
     if !key.still(path) {
-        return Err(DataError::ChangedWhileRead {
+        return Err(MlError::ChangedWhileRead {
             path: path.to_path_buf(),
         });
     }
@@ -275,8 +275,8 @@ pub(crate) fn load<T: Cached + Any + Send + Sync>(
     key: &FileKey,
     kind: &'static str,
     (limits, size): (&DataLimits, &SizeRule),
-    parse: impl Fn() -> Result<T, DataError>,
-) -> Result<Arc<T>, DataError> {
+    parse: impl Fn() -> Result<T, MlError>,
+) -> Result<Arc<T>, MlError> {
     let held = shared(key, kind, || {
         let disk = DiskCache::current();
         let cached = || read::<T>(path, key, disk).filter(|v| v.fits(limits, size, path));

@@ -34,7 +34,7 @@ fn with_split<T>(chunk: usize, f: impl FnOnce() -> T) -> T {
 }
 
 /// The outcome of a parse as compared: the value's debug text or the error's message.
-fn outcome<T: std::fmt::Debug>(r: Result<T, DataError>) -> String {
+fn outcome<T: std::fmt::Debug>(r: Result<T, MlError>) -> String {
     match r {
         Ok(v) => format!("ok {v:?}"),
         Err(e) => format!("err {e}"),
@@ -120,7 +120,7 @@ fn libsvm_chunks_equal_a_sequential_read_and_a_plain_reference() {
         let whole = with_split(0, parse);
         let whole_streamed = with_split(0, streamed);
         if !bad {
-            assert_eq!(whole, outcome(Ok::<_, DataError>(reference_libsvm(&text))));
+            assert_eq!(whole, outcome(Ok::<_, MlError>(reference_libsvm(&text))));
         }
         for chunk in [1, 2, 5, 17, 64, 301] {
             assert_eq!(with_split(chunk, parse), whole, "case {case} chunk {chunk}");
@@ -163,14 +163,14 @@ fn an_error_in_a_late_chunk_names_its_line() {
         parse_docword_with_limits(bow.as_bytes(), "d", &limits)
     });
     assert!(
-        matches!(err, Err(DataError::LimitExceeded { line: 2504, .. })),
+        matches!(err, Err(MlError::LimitExceeded { line: 2504, .. })),
         "{err:?}"
     );
     // A line that is not UTF-8 is the reader's I/O error, after the errors before it.
     let mut bytes = "1 1:1\n".repeat(3000).into_bytes();
     bytes.extend_from_slice(b"1 1:\xff\n");
     let err = with_split(50, || parse_libsvm(&bytes[..], "u.svm")).unwrap_err();
-    assert!(matches!(err, DataError::Io { .. }), "{err}");
+    assert!(matches!(err, MlError::Io { .. }), "{err}");
     bytes.splice(0..0, b"1 0:1\n".iter().copied());
     let err = with_split(50, || parse_libsvm(&bytes[..], "u.svm")).unwrap_err();
     assert!(err.to_string().starts_with("u.svm:1:"), "{err}");
@@ -199,7 +199,7 @@ fn wide_ids_checked_against_the_bytes_before_them_hold_across_chunks() {
         assert!(
             matches!(
                 err,
-                Err(DataError::TooLargeForInput {
+                Err(MlError::TooLargeForInput {
                     line: 2,
                     bytes: 18,
                     ..

@@ -14,7 +14,7 @@ use super::text::{
     Blocks, Chunk, ChunkParser, ReaderBlocks, Start, parse_chunks, parse_f32, parse_lines,
     parse_uint, words,
 };
-use super::{DataError, DataLimits};
+use super::{DataLimits, MlError};
 
 /// One sparse example: 0-based feature indices (strictly increasing) and their values.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -248,8 +248,8 @@ impl LibsvmFile {
     /// Calls `visit(label, row)` for every row in file order (one row buffer, reused).
     pub fn visit(
         &self,
-        mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
-    ) -> Result<(), DataError> {
+        mut visit: impl FnMut(f32, &SparseRow) -> Result<(), MlError>,
+    ) -> Result<(), MlError> {
         let mut row = SparseRow::default();
         for (i, &label) in self.labels.iter().enumerate() {
             let (indices, values) = self.row(i);
@@ -315,13 +315,13 @@ impl Cached for LibsvmFile {
 
 /// Loads a LIBSVM file under the [`DataLimits::from_env`] limits and the file's size
 /// ([`super::limits::size_bound`]).
-pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
+pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, MlError> {
     Ok(load_libsvm_shared(path)?.to_dataset())
 }
 
 /// [`load_libsvm`]'s rows as the process shares them (one parse per file version, see
 /// [`super::cache`]).
-pub fn load_libsvm_shared(path: impl AsRef<Path>) -> Result<Arc<LibsvmFile>, DataError> {
+pub fn load_libsvm_shared(path: impl AsRef<Path>) -> Result<Arc<LibsvmFile>, MlError> {
     let path = path.as_ref();
     cache::load_file(path, "libsvm", false, |source, limits, size| {
         collect_rows(source, path, limits, size)
@@ -333,7 +333,7 @@ pub fn load_libsvm_shared(path: impl AsRef<Path>) -> Result<Arc<LibsvmFile>, Dat
 pub fn parse_libsvm(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
-) -> Result<SparseDataset, DataError> {
+) -> Result<SparseDataset, MlError> {
     parse_libsvm_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
 }
 
@@ -345,7 +345,7 @@ pub fn parse_libsvm_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
-) -> Result<SparseDataset, DataError> {
+) -> Result<SparseDataset, MlError> {
     let name = name_for_errors.as_ref();
     let mut source = ReaderBlocks::new(reader, name);
     Ok(collect_rows(&mut source, name, limits, SizeRule::new(None)?)?.to_dataset())
@@ -357,7 +357,7 @@ fn collect_rows(
     name: &Path,
     limits: &DataLimits,
     size: SizeRule,
-) -> Result<LibsvmFile, DataError> {
+) -> Result<LibsvmFile, MlError> {
     let parser = LibsvmParser {
         name,
         limits,
@@ -394,14 +394,14 @@ fn collect_rows(
 /// `visit` sees its row. The rows come from [`load_libsvm_shared`].
 pub fn visit_libsvm(
     path: impl AsRef<Path>,
-    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
-) -> Result<(), DataError> {
+    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), MlError>,
+) -> Result<(), MlError> {
     let path = path.as_ref();
     match load_libsvm_shared(path) {
         Ok(rows) => rows.visit(visit),
         // The rows before the error are visited and the error is the row-by-row reader's.
         Err(_) => {
-            let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+            let file = std::fs::File::open(path).map_err(|e| MlError::io(path, e))?;
             let (limits, key) = (DataLimits::from_env()?, FileKey::of(path, &file)?);
             cache::parse_file(path, &file, key.as_ref(), false, |source, size| {
                 stream_rows(source, path, &limits, size, &mut visit)
@@ -417,8 +417,8 @@ pub(super) fn stream_rows(
     name: &Path,
     limits: &DataLimits,
     size: SizeRule,
-    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
-) -> Result<(), DataError> {
+    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), MlError>,
+) -> Result<(), MlError> {
     let parser = LibsvmParser {
         name,
         limits,
@@ -489,7 +489,7 @@ impl LibsvmParser<'_> {
         ascii: bool,
         start: Start,
         chunk: &mut Chunk<RowsChunk>,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), MlError> {
         let name = self.name;
         let (local_line, local_bytes) = (chunk.lines, chunk.bytes);
         let line_no = start.line + local_line;
@@ -501,7 +501,7 @@ impl LibsvmParser<'_> {
         let Some(label_text) = tokens.next() else {
             return Ok(());
         };
-        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let bad = |msg: String| MlError::malformed(name, line_no, msg);
         let not =
             |what: &str, text: &str, is: &str| bad(format!("{what} {:?} is not {is}", clip(text)));
         let label = parse_f32(label_text).ok_or_else(|| not("label", label_text, "a number"))?;
@@ -582,7 +582,7 @@ mod tests {
     use crate::data::testing::{line_of, refused, stream_libsvm, write_in};
     use proptest::prelude::*;
 
-    fn parse(text: &str) -> Result<SparseDataset, DataError> {
+    fn parse(text: &str) -> Result<SparseDataset, MlError> {
         parse_libsvm(text.as_bytes(), "test.svm")
     }
 
@@ -702,7 +702,7 @@ mod tests {
     #[test]
     fn missing_file_is_io_error() {
         let err = load_libsvm("/nonexistent/file.svm").unwrap_err();
-        assert!(matches!(err, DataError::Io { .. }));
+        assert!(matches!(err, MlError::Io { .. }));
     }
 
     #[test]

@@ -4,18 +4,18 @@
 //! makes a 4-billion-column dataset out of 18 bytes). Every id and size a loader reads is
 //! checked, before anything is sized by it, against [`DataLimits`] (set by the environment:
 //! `PETREL_DATA__MAX_DIMENSION`, `..._MAX_DOCUMENTS`, `..._MAX_TOKENS`), else a
-//! [`DataError::LimitExceeded`] naming the file, line, limit and knob.
+//! [`MlError::LimitExceeded`] naming the file, line, limit and knob.
 //!
 //! Every dimension or id that sizes a dense per-id array must also fit the input's size:
 //! at most [`size_bound`]`(bytes)` = [`DEFAULT_DIMENSION_ALLOWANCE`] (2^20, raised by
 //! `PETREL_DATA__DIMENSION_ALLOWANCE`) + [`IDS_PER_BYTE`] (16) x the input's bytes, else
-//! [`DataError::TooLargeForInput`]. Real data sets stay far below it. A file read by path
+//! [`MlError::TooLargeForInput`]. Real data sets stay far below it. A file read by path
 //! is checked as a dimension is read; a reader of unknown size against the bytes read
 //! through the line, or the whole input once read.
 
 use std::path::Path;
 
-use super::DataError;
+use super::MlError;
 
 /// Environment variable that sets [`DataLimits::max_dimension`].
 pub const MAX_DIMENSION_ENV: &str = "PETREL_DATA__MAX_DIMENSION";
@@ -57,7 +57,7 @@ impl Default for DataLimits {
 impl DataLimits {
     /// The defaults, overridden by [`MAX_DIMENSION_ENV`], [`MAX_DOCUMENTS_ENV`] and
     /// [`MAX_TOKENS_ENV`]; a value that is not a positive integer is an error naming it.
-    pub fn from_env() -> Result<Self, DataError> {
+    pub fn from_env() -> Result<Self, MlError> {
         let mut limits = DataLimits::default();
         for (var, slot) in [
             (MAX_DIMENSION_ENV, &mut limits.max_dimension),
@@ -78,24 +78,19 @@ impl DataLimits {
         line: usize,
         what: &str,
         value: u64,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), MlError> {
         let limit = (self.max_dimension, MAX_DIMENSION_ENV);
         check(path, line, what, value, limit)
     }
 
     /// Checks a bag-of-words document count against [`Self::max_documents`].
-    pub(crate) fn check_documents(
-        &self,
-        path: &Path,
-        line: usize,
-        n: u64,
-    ) -> Result<(), DataError> {
+    pub(crate) fn check_documents(&self, path: &Path, line: usize, n: u64) -> Result<(), MlError> {
         let limit = (self.max_documents, MAX_DOCUMENTS_ENV);
         check(path, line, "document count D", n, limit)
     }
 
     /// Checks a running token total against [`Self::max_tokens`].
-    pub(crate) fn check_tokens(&self, path: &Path, line: usize, n: u64) -> Result<(), DataError> {
+    pub(crate) fn check_tokens(&self, path: &Path, line: usize, n: u64) -> Result<(), MlError> {
         let limit = (self.max_tokens, MAX_TOKENS_ENV);
         check(path, line, "corpus size in tokens", n, limit)
     }
@@ -103,20 +98,20 @@ impl DataLimits {
 
 /// The integer set by the environment variable `var`, if any; one below `min` or text that
 /// is not one is an error naming it (a `what` integer).
-fn env_u64(var: &str, min: u64, what: &str) -> Result<Option<u64>, DataError> {
+fn env_u64(var: &str, min: u64, what: &str) -> Result<Option<u64>, MlError> {
     let Ok(text) = std::env::var(var) else {
         return Ok(None);
     };
     match text.trim().parse::<u64>() {
         Ok(value) if value >= min => Ok(Some(value)),
-        _ => Err(DataError::InvalidParameter(format!(
+        _ => Err(MlError::InvalidParameter(format!(
             "{var}={text:?} is not a {what} integer"
         ))),
     }
 }
 
 /// The largest dimension or id an input of `bytes` bytes may declare.
-pub fn size_bound(bytes: u64) -> Result<u64, DataError> {
+pub fn size_bound(bytes: u64) -> Result<u64, MlError> {
     Ok(SizeRule::new(Some(bytes))?.bound(bytes))
 }
 
@@ -129,7 +124,7 @@ pub(crate) struct SizeRule {
 
 impl SizeRule {
     /// The rule for an input of `known` bytes (`None`: unknown).
-    pub(crate) fn new(known: Option<u64>) -> Result<Self, DataError> {
+    pub(crate) fn new(known: Option<u64>) -> Result<Self, MlError> {
         let allowance = env_u64(DIMENSION_ALLOWANCE_ENV, 0, "non-negative")?
             .unwrap_or(DEFAULT_DIMENSION_ALLOWANCE);
         Ok(SizeRule { allowance, known })
@@ -167,14 +162,14 @@ impl SizeRule {
         what: &str,
         value: u64,
         read: u64,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), MlError> {
         if value <= self.allowance {
             return Ok(());
         }
         let bytes = self.known.unwrap_or(read);
         let bound = self.bound(bytes);
         if value > bound {
-            return Err(DataError::TooLargeForInput {
+            return Err(MlError::TooLargeForInput {
                 path: path.to_path_buf(),
                 line,
                 what: what.to_owned(),
@@ -194,9 +189,9 @@ fn check(
     what: &str,
     value: u64,
     (limit, knob): (u64, &'static str),
-) -> Result<(), DataError> {
+) -> Result<(), MlError> {
     if value > limit {
-        return Err(DataError::LimitExceeded {
+        return Err(MlError::LimitExceeded {
             path: path.to_path_buf(),
             line,
             what: what.to_owned(),

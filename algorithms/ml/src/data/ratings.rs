@@ -20,7 +20,7 @@ use super::text::{
     Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
     parse_f32, parse_lines, parse_uint, three_words, trim,
 };
-use super::{DataError, DataLimits};
+use super::{DataLimits, MlError};
 
 /// Original ids of the dense 0-based indices (as text: ids need not be numbers).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -52,7 +52,7 @@ impl Ratings {
         &self,
         test_fraction: f64,
         seed: u64,
-    ) -> Result<(Ratings, Ratings), DataError> {
+    ) -> Result<(Ratings, Ratings), MlError> {
         self.clone().into_train_test_split(test_fraction, seed)
     }
 
@@ -61,7 +61,7 @@ impl Ratings {
         mut self,
         test_fraction: f64,
         seed: u64,
-    ) -> Result<(Ratings, Ratings), DataError> {
+    ) -> Result<(Ratings, Ratings), MlError> {
         let mask = HeldOutMask::new(self.entries.len(), test_fraction, seed)?;
         let mut test = Vec::with_capacity(mask.n_test());
         let mut k = 0;
@@ -83,7 +83,7 @@ impl Ratings {
 
     /// The ratings of the file at `path` (ids as this matrix's file wrote them; 0-based for
     /// synthetic data) in this matrix's index space, and how many pairs had an unknown id.
-    pub fn held_out_from(&self, path: &Path) -> Result<(Ratings, usize), DataError> {
+    pub fn held_out_from(&self, path: &Path) -> Result<(Ratings, usize), MlError> {
         let index = |ids: Option<&Vec<String>>, n: usize| -> HashMap<String, u32> {
             match ids {
                 Some(ids) => ids
@@ -100,7 +100,7 @@ impl Ratings {
         let mut left_out = 0;
         for (n, (user, item, rating)) in load_labelled_ratings(path)?.into_iter().enumerate() {
             let Some(rating) = rating else {
-                return Err(DataError::InvalidParameter(format!(
+                return Err(MlError::InvalidParameter(format!(
                     "{}: pair {} ({user}, {item}) has no rating",
                     path.display(),
                     n + 1
@@ -161,9 +161,9 @@ pub struct HeldOutMask {
 
 impl HeldOutMask {
     /// The mask of `len` entries; refuses a `test_fraction` outside `[0, 1]`.
-    pub fn new(len: usize, test_fraction: f64, seed: u64) -> Result<Self, DataError> {
+    pub fn new(len: usize, test_fraction: f64, seed: u64) -> Result<Self, MlError> {
         if !(0.0..=1.0).contains(&test_fraction) {
-            return Err(DataError::InvalidParameter(format!(
+            return Err(MlError::InvalidParameter(format!(
                 "test_fraction {test_fraction} is outside [0, 1]"
             )));
         }
@@ -328,13 +328,13 @@ impl Cached for RatingsFile {
 
 /// Loads a ratings file, choosing MatrixMarket when the first line starts with
 /// `%%MatrixMarket` and triplets otherwise.
-pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
+pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, MlError> {
     let shared = load_shared(path.as_ref())?;
     Ok(Arc::try_unwrap(shared).map_or_else(|s| s.ratings.clone(), |s| s.ratings))
 }
 
 /// The ratings of `path` as the process shares them (see [`super::cache`]).
-fn load_shared(path: &Path) -> Result<Arc<RatingsFile>, DataError> {
+fn load_shared(path: &Path) -> Result<Arc<RatingsFile>, MlError> {
     // Read whole: a read error comes before any parse error.
     cache::load_file(path, "ratings", true, |source, limits, size| {
         let matrix_market = is_matrix_market(source)?;
@@ -351,7 +351,7 @@ fn load_shared(path: &Path) -> Result<Arc<RatingsFile>, DataError> {
 }
 
 /// Whether `source` starts with `%%MatrixMarket` (nothing is consumed).
-fn is_matrix_market(source: &mut dyn Blocks) -> Result<bool, DataError> {
+fn is_matrix_market(source: &mut dyn Blocks) -> Result<bool, MlError> {
     // The first block holds the whole first line: put back once looked at.
     let (n, matrix_market) =
         (source.next_block()?).map_or((0, false), |b| (b.len(), b.starts_with(b"%%MatrixMarket")));
@@ -364,7 +364,7 @@ fn is_matrix_market(source: &mut dyn Blocks) -> Result<bool, DataError> {
 pub fn scan_ratings(
     path: impl AsRef<Path>,
     mut visit: impl FnMut(u32, u32, f32),
-) -> Result<Ratings, DataError> {
+) -> Result<Ratings, MlError> {
     let shared = load_shared(path.as_ref())?;
     for &(u, i, r) in &shared.ratings.entries {
         visit(u, i, r);
@@ -422,7 +422,7 @@ impl DenseIds {
 pub fn parse_triplets(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
-) -> Result<Ratings, DataError> {
+) -> Result<Ratings, MlError> {
     let name = name_for_errors.as_ref();
     triplets(&mut ReaderBlocks::new(reader, name), name)
 }
@@ -433,7 +433,7 @@ fn is_comment(content: &str) -> bool {
 }
 
 /// The triplets of `source`.
-fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, DataError> {
+fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, MlError> {
     let (mut users, mut items) = (DenseIds::default(), DenseIds::default());
     let mut entries = Vec::new();
     // The first data line, which may be a header, is read on its own.
@@ -442,7 +442,7 @@ fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, DataError> 
         if is_comment(content) {
             return Ok(true);
         }
-        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let bad = |msg: String| MlError::malformed(name, line_no, msg);
         let (fields, n) = rating_fields(content, false);
         let Some(rating) = triplet_rating(&fields, n, bad)? else {
             return Ok(false);
@@ -642,13 +642,13 @@ impl TripletParser<'_> {
         users: &mut LocalMaps<'t>,
         items: &mut LocalMaps<'t>,
         out: &mut TripletChunk,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), MlError> {
         let ascii = line.is_ascii();
         let content = trim(line, ascii);
         if is_comment(content) {
             return Ok(());
         }
-        let bad = |msg: String| DataError::malformed(self.name, line_no, msg);
+        let bad = |msg: String| MlError::malformed(self.name, line_no, msg);
         let (fields, n) = rating_fields(content, ascii);
         let Some(rating) = triplet_rating(&fields, n, bad)? else {
             return Err(bad(format!("rating {:?} is not a number", fields[2])));
@@ -664,8 +664,8 @@ impl TripletParser<'_> {
 fn triplet_rating(
     fields: &[&str; 3],
     n: usize,
-    bad: impl Fn(String) -> DataError,
-) -> Result<Option<f32>, DataError> {
+    bad: impl Fn(String) -> MlError,
+) -> Result<Option<f32>, MlError> {
     if n < 3 {
         return Err(bad(format!(
             "expected `user item rating`, found {n} field(s)"
@@ -802,7 +802,7 @@ fn rating_fields(content: &str, ascii: bool) -> ([&str; 3], usize) {
 pub fn parse_matrix_market(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
-) -> Result<Ratings, DataError> {
+) -> Result<Ratings, MlError> {
     parse_matrix_market_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
 }
 
@@ -814,7 +814,7 @@ pub fn parse_matrix_market_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
-) -> Result<Ratings, DataError> {
+) -> Result<Ratings, MlError> {
     let name = name_for_errors.as_ref();
     let mut source = ReaderBlocks::new(reader, name);
     matrix_market_ratings(&mut source, name, limits, SizeRule::new(None)?)
@@ -826,7 +826,7 @@ fn matrix_market_ratings(
     name: &Path,
     limits: &DataLimits,
     size: SizeRule,
-) -> Result<Ratings, DataError> {
+) -> Result<Ratings, MlError> {
     let mut entries = Vec::new();
     let (n_users, n_items) = matrix_market(source, name, limits, Some(size), |e| {
         entries.extend_from_slice(e)
@@ -861,11 +861,11 @@ fn matrix_market(
     limits: &DataLimits,
     size_rule: Option<SizeRule>,
     mut sink: impl FnMut(&[(u32, u32, f32)]),
-) -> Result<(usize, usize), DataError> {
+) -> Result<(usize, usize), MlError> {
     let mut size: Option<(usize, usize, usize)> = None;
     let mut size_line = 0;
     let start = each_line(name, source, Start::default(), |line_no, line, bytes| {
-        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let bad = |msg: String| MlError::malformed(name, line_no, msg);
         if line_no == 1 {
             let header = line.to_ascii_lowercase();
             let mut words = header.split_whitespace();
@@ -907,7 +907,7 @@ fn matrix_market(
         Ok(false)
     })?;
     let Some((n_users, n_items, nnz)) = size else {
-        return Err(DataError::malformed(name, start.line, "missing size line"));
+        return Err(MlError::malformed(name, start.line, "missing size line"));
     };
     let parser = MatrixMarketParser {
         name,
@@ -921,7 +921,7 @@ fn matrix_market(
     })?;
     if end.entries != nnz as u64 {
         let found = format!("declared {nnz} entries, found {}", end.entries);
-        return Err(DataError::malformed(name, end.line, found));
+        return Err(MlError::malformed(name, end.line, found));
     }
     if let Some(rule) = size_rule.filter(|r| !r.is_known()) {
         rule.check(name, size_line, "row count", n_users as u64, end.bytes)?;
@@ -932,7 +932,7 @@ fn matrix_market(
 
 /// A MatrixMarket index or count.
 #[inline]
-fn mm_index(text: &str, what: &str, bad: impl Fn(String) -> DataError) -> Result<usize, DataError> {
+fn mm_index(text: &str, what: &str, bad: impl Fn(String) -> MlError) -> Result<usize, MlError> {
     parse_uint::<usize>(text)
         .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))
 }
@@ -966,12 +966,12 @@ impl MatrixMarketParser<'_> {
         ascii: bool,
         start: Start,
         chunk: &mut Chunk<Vec<(u32, u32, f32)>>,
-    ) -> Result<(), DataError> {
+    ) -> Result<(), MlError> {
         let content = trim(line, ascii);
         if content.is_empty() || content.starts_with('%') {
             return Ok(());
         }
-        let bad = |msg: String| DataError::malformed(self.name, start.line + chunk.lines, msg);
+        let bad = |msg: String| MlError::malformed(self.name, start.line + chunk.lines, msg);
         let Some(fields) = three_words(content, ascii) else {
             return Err(bad("entry must be `row col value`".into()));
         };
@@ -1002,7 +1002,7 @@ impl MatrixMarketParser<'_> {
 /// rating optional (pairs to predict), or MatrixMarket (1-based row and column numbers).
 pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
-) -> Result<Vec<crate::model::LabelledRating>, DataError> {
+) -> Result<Vec<crate::model::LabelledRating>, MlError> {
     let path = path.as_ref();
     let mut source = ReaderBlocks::new(super::open_buffered(path)?, path);
     if is_matrix_market(&mut source)? {
@@ -1026,7 +1026,7 @@ pub fn load_labelled_ratings(
             return Ok(true);
         }
         let first_data_line = std::mem::take(&mut first);
-        let bad = |msg: String| DataError::malformed(path, line_no, msg);
+        let bad = |msg: String| MlError::malformed(path, line_no, msg);
         let (fields, n) = rating_fields(content, false);
         if n < 2 || fields[0].is_empty() || fields[1].is_empty() {
             return Err(bad("expected `user item [rating]`".into()));

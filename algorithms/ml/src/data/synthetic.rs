@@ -9,10 +9,10 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Gamma, Normal, StandardNormal};
 
 use super::libsvm::{SparseColumns, SparseDataset, SparseRow};
-use super::{Corpus, DataError, Ratings};
+use super::{Corpus, MlError, Ratings};
 
-fn invalid(message: impl Into<String>) -> DataError {
-    DataError::InvalidParameter(message.into())
+fn invalid(message: impl Into<String>) -> MlError {
+    MlError::InvalidParameter(message.into())
 }
 
 /// Parameters of [`correlated_lasso`].
@@ -56,7 +56,7 @@ impl LassoProblem {
 /// Correlated design: `x_ij = sqrt(c) z_ig + sqrt(1 - c) e_ij` in a group (correlation `c`),
 /// columns normalised; `b_true` has `n_nonzero` entries of magnitude in `[1, 2)` and random
 /// sign; `y = X b_true + N(0, noise_std^2)`.
-pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, DataError> {
+pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, MlError> {
     let (n, d, group_size) = (params.n_samples, params.n_features, params.group_size);
     let (correlation, n_nonzero) = (params.correlation, params.n_nonzero);
     if n == 0 || d == 0 || group_size == 0 {
@@ -99,7 +99,7 @@ fn lasso_noise(
     n_nonzero: usize,
     d: usize,
     noise_std: f32,
-) -> Result<Normal<f32>, DataError> {
+) -> Result<Normal<f32>, MlError> {
     if !(0.0..1.0).contains(&correlation) {
         return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
     }
@@ -110,7 +110,7 @@ fn lasso_noise(
 }
 
 /// N(0, noise_std^2) label noise (a negative deviation counts as none).
-fn noise(noise_std: f32) -> Result<Normal<f32>, DataError> {
+fn noise(noise_std: f32) -> Result<Normal<f32>, MlError> {
     Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))
 }
 
@@ -178,7 +178,7 @@ fn stream_rng(seed: u64, stream: u64, index: u64) -> StdRng {
 pub fn sparse_correlated_lasso(
     params: &SparseLassoParams,
     rows: Option<std::ops::Range<usize>>,
-) -> Result<SparseLassoProblem, DataError> {
+) -> Result<SparseLassoProblem, MlError> {
     let mut generator = SparseLassoColumns::new(params)?;
     let n = params.n_samples;
     let rows = rows.unwrap_or(0..n);
@@ -215,7 +215,7 @@ pub struct SparseLassoColumns {
 
 impl SparseLassoColumns {
     /// The generator of `params`' design (checked as [`sparse_correlated_lasso`] does).
-    pub fn new(params: &SparseLassoParams) -> Result<Self, DataError> {
+    pub fn new(params: &SparseLassoParams) -> Result<Self, MlError> {
         let p = params;
         let (n, d, k, n_nonzero) = (p.n_samples, p.n_features, p.nnz_per_column, p.n_nonzero);
         if n == 0 || d == 0 || p.group_size == 0 || k == 0 {
@@ -362,7 +362,7 @@ pub struct LowRankProblem {
 
 /// Factors have i.i.d. `N(0, 1/sqrt(rank))` entries; each cell is observed with
 /// `observed_fraction`.
-pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataError> {
+pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, MlError> {
     let mut entries = Vec::new();
     let mut problem = stream_low_rank_ratings(params, |user, item, rating| {
         entries.push((user, item, rating))
@@ -376,7 +376,7 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
 pub fn stream_low_rank_ratings(
     params: &LowRankParams,
     mut visit: impl FnMut(u32, u32, f32),
-) -> Result<LowRankProblem, DataError> {
+) -> Result<LowRankProblem, MlError> {
     let (n_users, n_items, rank) = (params.n_users, params.n_items, params.rank);
     let observed_fraction = params.observed_fraction;
     if rank == 0 || n_users > u32::MAX as usize || n_items > u32::MAX as usize {
@@ -496,7 +496,7 @@ pub struct LdaDocs {
 
 impl LdaDocs {
     /// The generator of `params`'s corpus and its topics' word distributions.
-    pub fn new(params: &LdaCorpusParams) -> Result<(LdaDocs, Array2<f64>), DataError> {
+    pub fn new(params: &LdaCorpusParams) -> Result<(LdaDocs, Array2<f64>), MlError> {
         let (n_topics, vocab_size) = (params.n_topics, params.vocab_size);
         if n_topics == 0 || vocab_size == 0 || vocab_size > u32::MAX as usize {
             return Err(invalid(
@@ -532,7 +532,7 @@ impl LdaDocs {
 
 impl Iterator for LdaDocs {
     /// A document's topic mixture `theta_d` and its tokens.
-    type Item = Result<(Vec<f64>, Vec<u32>), DataError>;
+    type Item = Result<(Vec<f64>, Vec<u32>), MlError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.next >= self.n_docs {
@@ -555,7 +555,7 @@ impl Iterator for LdaDocs {
 }
 
 /// phi_k ~ Dir(beta), theta_d ~ Dir(alpha), z ~ Cat(theta_d), w ~ Cat(phi_z).
-pub fn lda_corpus(params: &LdaCorpusParams) -> Result<LdaCorpusProblem, DataError> {
+pub fn lda_corpus(params: &LdaCorpusParams) -> Result<LdaCorpusProblem, MlError> {
     let (generator, topic_word) = LdaDocs::new(params)?;
     let mut doc_topic = Array2::zeros((params.n_docs, params.n_topics));
     let mut docs = Vec::with_capacity(params.n_docs);
@@ -603,7 +603,7 @@ pub struct ClassificationProblem {
 /// Draws `x ~ N(0, I)` labelled `argmax_c w_c . x` for random `w`, with at least `margin`.
 pub fn separable_classification(
     params: &ClassificationParams,
-) -> Result<ClassificationProblem, DataError> {
+) -> Result<ClassificationProblem, MlError> {
     let (n_samples, n_features) = (params.n_samples, params.n_features);
     let (n_classes, margin) = (params.n_classes, params.margin);
     if n_classes < 2 || n_features == 0 || n_features > u32::MAX as usize {

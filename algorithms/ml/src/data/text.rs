@@ -12,7 +12,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::DataError;
+use super::MlError;
 
 /// Where a chunk starts in its input.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub(crate) struct Chunk<O> {
     /// Of a chunk parsed ahead: the largest [`super::limits::SizeRule::excess`] of its ids.
     pub excess: i128,
     /// The first error, which ended the chunk.
-    pub error: Option<DataError>,
+    pub error: Option<MlError>,
 }
 
 impl<O: Default> Chunk<O> {
@@ -85,7 +85,7 @@ pub(crate) trait ChunkParser: Sync {
 pub(crate) fn parse_lines<O>(
     text: &str,
     chunk: &mut Chunk<O>,
-    mut line: impl FnMut(&str, bool, &mut Chunk<O>) -> Result<(), DataError>,
+    mut line: impl FnMut(&str, bool, &mut Chunk<O>) -> Result<(), MlError>,
 ) {
     let ascii = text.is_ascii();
     let mut lines = LineCursor::new(text);
@@ -267,7 +267,7 @@ thread_local! {
 /// An input handed over in line-aligned blocks.
 pub(crate) trait Blocks {
     /// The next block of whole lines (the last may lack its `\n`); `None` at the end.
-    fn next_block(&mut self) -> Result<Option<&[u8]>, DataError>;
+    fn next_block(&mut self) -> Result<Option<&[u8]>, MlError>;
     /// Puts back the last `n` bytes of the block just returned, to be returned again.
     fn give_back(&mut self, n: usize);
 }
@@ -290,7 +290,7 @@ impl<'a> SliceBlocks<'a> {
 }
 
 impl Blocks for SliceBlocks<'_> {
-    fn next_block(&mut self) -> Result<Option<&[u8]>, DataError> {
+    fn next_block(&mut self) -> Result<Option<&[u8]>, MlError> {
         if self.pos >= self.data.len() {
             return Ok(None);
         }
@@ -339,7 +339,7 @@ impl<R: Read> ReaderBlocks<R> {
 }
 
 impl<R: Read> Blocks for ReaderBlocks<R> {
-    fn next_block(&mut self) -> Result<Option<&[u8]>, DataError> {
+    fn next_block(&mut self) -> Result<Option<&[u8]>, MlError> {
         self.buf.drain(..self.handed);
         self.handed = 0;
         let end = loop {
@@ -365,7 +365,7 @@ impl<R: Read> Blocks for ReaderBlocks<R> {
         };
         if end == 0 {
             return match self.failed.take() {
-                Some(e) => Err(DataError::io(&self.name, e)),
+                Some(e) => Err(MlError::io(&self.name, e)),
                 None => Ok(None),
             };
         }
@@ -379,8 +379,8 @@ impl<R: Read> Blocks for ReaderBlocks<R> {
 }
 
 /// The error `BufRead::lines` gave on a line that is not UTF-8.
-fn not_utf8(name: &Path) -> DataError {
-    DataError::io(
+fn not_utf8(name: &Path) -> MlError {
+    MlError::io(
         name,
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -469,8 +469,8 @@ pub(crate) fn parse_chunks<P: ChunkParser>(
     name: &Path,
     source: &mut dyn Blocks,
     mut start: Start,
-    mut deliver: impl FnMut(P::Out, &Start) -> Result<(), DataError>,
-) -> Result<Start, DataError> {
+    mut deliver: impl FnMut(P::Out, &Start) -> Result<(), MlError>,
+) -> Result<Start, MlError> {
     let split = Split::current();
     start.exact = true;
     while let Some(block) = source.next_block()? {
@@ -505,8 +505,8 @@ pub(crate) fn each_line(
     name: &Path,
     source: &mut dyn Blocks,
     mut start: Start,
-    mut each: impl FnMut(usize, &str, u64) -> Result<bool, DataError>,
-) -> Result<Start, DataError> {
+    mut each: impl FnMut(usize, &str, u64) -> Result<bool, MlError>,
+) -> Result<Start, MlError> {
     while let Some(block) = source.next_block()? {
         let mut pos = 0;
         while pos < block.len() {

@@ -2,7 +2,7 @@
 //!
 //! A CIFAR-10 binary file is a bare sequence of 3073-byte records: a label byte (0..=9),
 //! then 32x32 red, green and blue planes. A partial record or a bad label is a
-//! [`DnnDataError::Record`] naming the file and the record's byte offset.
+//! [`MlError::Record`] naming the file and the record's byte offset.
 
 use std::path::Path;
 
@@ -10,7 +10,8 @@ use ndarray::{ArrayD, IxDyn};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::dnn::data::{Dataset, DnnDataError, dimension, noisy_templates, read_file};
+use crate::MlError;
+use crate::dnn::data::{Dataset, dimension, noisy_templates, read_file};
 
 /// Side of a CIFAR-10 image.
 pub const CIFAR_SIDE: usize = 32;
@@ -23,8 +24,8 @@ pub const CIFAR_CLASSES: usize = 10;
 
 /// Parses CIFAR-10 binary records already in memory into `(N, 3, 32, 32)` examples with
 /// pixels scaled to `[0, 1]`; `path` is only used in errors.
-pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, DnnDataError> {
-    let record = |offset: usize, detail| DnnDataError::Record {
+pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, MlError> {
+    let record = |offset: usize, detail| MlError::Record {
         path: path.to_path_buf(),
         offset: offset as u64,
         detail,
@@ -61,7 +62,7 @@ pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, DnnDataError>
 }
 
 /// Reads one CIFAR-10 binary file (see [`parse_cifar10`]).
-pub fn read_cifar10(path: impl AsRef<Path>) -> Result<Dataset, DnnDataError> {
+pub fn read_cifar10(path: impl AsRef<Path>) -> Result<Dataset, MlError> {
     let path = path.as_ref();
     let bytes = read_file(path)?;
     parse_cifar10(&bytes, path)
@@ -69,7 +70,7 @@ pub fn read_cifar10(path: impl AsRef<Path>) -> Result<Dataset, DnnDataError> {
 
 /// Reads several CIFAR-10 binary files (e.g. the five training batches) into one data set,
 /// in the order given.
-pub fn read_cifar10_files<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset, DnnDataError> {
+pub fn read_cifar10_files<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset, MlError> {
     let mut parts = Vec::with_capacity(paths.len());
     for p in paths {
         parts.push(read_cifar10(p)?);
@@ -82,7 +83,7 @@ pub fn read_cifar10_files<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset, DnnDat
         y.extend(part.y);
     }
     let x = ArrayD::from_shape_vec(IxDyn(&[n, CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE]), x)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
+        .map_err(|e| MlError::InvalidArgument(e.to_string()))?;
     Ok(Dataset {
         x,
         y,
@@ -91,7 +92,7 @@ pub fn read_cifar10_files<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset, DnnDat
 }
 
 /// Writes a CIFAR-shaped data set as a CIFAR-10 binary file, pixels rounded to bytes.
-pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDataError> {
+pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), MlError> {
     let path = path.as_ref();
     let shape = [CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE];
     if data.example_shape() != shape {
@@ -111,7 +112,7 @@ pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDa
         let label = u8::try_from(label)
             .ok()
             .filter(|&l| usize::from(l) < CIFAR_CLASSES)
-            .ok_or(DnnDataError::LabelOutOfRange {
+            .ok_or(MlError::LabelOutOfRange {
                 path: path.to_path_buf(),
                 index: i,
                 label,
@@ -123,7 +124,7 @@ pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDa
                 .map(|&v| (v.clamp(0.0, 1.0) * 255.0).round() as u8),
         );
     }
-    std::fs::write(path, out).map_err(|source| DnnDataError::Io {
+    std::fs::write(path, out).map_err(|source| MlError::DatasetIo {
         path: path.to_path_buf(),
         source,
     })
@@ -136,9 +137,9 @@ pub fn synthetic_cifar(
     classes: usize,
     noise: f32,
     seed: u64,
-) -> Result<Dataset, DnnDataError> {
+) -> Result<Dataset, MlError> {
     if classes == 0 || classes > CIFAR_CLASSES || !(noise.is_finite() && noise >= 0.0) {
-        return Err(DnnDataError::InvalidArgument(format!(
+        return Err(MlError::InvalidArgument(format!(
             "synthetic_cifar: classes={classes} (1..=10), noise={noise}"
         )));
     }
@@ -201,9 +202,7 @@ mod tests {
         let mut bytes = vec![0u8; 2 * CIFAR_RECORD + 5];
         std::fs::write(&p, &bytes).unwrap();
         let e = read_cifar10(&p).unwrap_err();
-        assert!(
-            matches!(e, DnnDataError::Record { offset, .. } if offset == 2 * CIFAR_RECORD as u64)
-        );
+        assert!(matches!(e, MlError::Record { offset, .. } if offset == 2 * CIFAR_RECORD as u64));
         let msg = e.to_string();
         assert!(msg.contains("batch.bin") && msg.contains("6146"), "{msg}");
         bytes.truncate(2 * CIFAR_RECORD);

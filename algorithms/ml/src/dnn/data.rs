@@ -1,9 +1,9 @@
 //! Data sets: synthetic generators and an IDX (MNIST format) loader.
 //!
 //! IDX (big-endian): magic `0x0000_08NN` (`NN` dimensions of unsigned bytes), one `u32` per
-//! dimension, then the data row-major. Bad input is a [`DnnDataError`] naming the file.
+//! dimension, then the data row-major. Bad input is an [`MlError`] naming the file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ndarray::{ArrayD, Axis, IxDyn};
 use rand::SeedableRng;
@@ -11,95 +11,12 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand_distr::{Distribution, Normal};
 
+use crate::MlError;
+
 /// Magic number of an IDX unsigned-byte 3-D file (images).
 pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
 /// Magic number of an IDX unsigned-byte 1-D file (labels).
 pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
-
-#[derive(Debug, thiserror::Error)]
-/// Errors of the DNN data sets: IDX files (each naming the file) and generator arguments.
-pub enum DnnDataError {
-    /// The file could not be read or written.
-    #[error("{}: cannot read/write: {source}", .path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file does not start with the expected IDX magic number.
-    #[error("{}: bad magic number {found:#010x}, expected {expected:#010x}", .path.display())]
-    BadMagic {
-        /// The file.
-        path: PathBuf,
-        /// The magic number of this kind of file.
-        expected: u32,
-        /// The one found.
-        found: u32,
-    },
-    /// The file ends before its header or data does.
-    #[error("{}: truncated {what}: need {expected} bytes, file has {found}", .path.display())]
-    Truncated {
-        /// The file.
-        path: PathBuf,
-        /// The part that is cut short.
-        what: &'static str,
-        /// Bytes needed.
-        expected: usize,
-        /// Bytes present.
-        found: usize,
-    },
-    /// Dimensions that do not fit (wrong rank, overflow, mismatched lengths).
-    #[error("{}: dimension mismatch: {detail}", .path.display())]
-    Dimension {
-        /// The file.
-        path: PathBuf,
-        /// What does not fit.
-        detail: String,
-    },
-    /// An images file and a labels file of different lengths.
-    #[error(
-        "{} has {n_images} images but {} has {n_labels} labels",
-        .images.display(),
-        .labels.display()
-    )]
-    CountMismatch {
-        /// The images file.
-        images: PathBuf,
-        /// The labels file.
-        labels: PathBuf,
-        /// Images in it.
-        n_images: usize,
-        /// Labels in it.
-        n_labels: usize,
-    },
-    /// A label not below the number of classes.
-    #[error("{}: label {label} at index {index} is not below {classes} classes", .path.display())]
-    LabelOutOfRange {
-        /// The labels file.
-        path: PathBuf,
-        /// The example.
-        index: usize,
-        /// Its label.
-        label: usize,
-        /// Classes expected.
-        classes: usize,
-    },
-    /// A record of a header-less format (CIFAR-10 binary) that is cut short or invalid.
-    #[error("{}: bad record at byte offset {offset}: {detail}", .path.display())]
-    Record {
-        /// The file.
-        path: PathBuf,
-        /// Byte offset of the record's start.
-        offset: u64,
-        /// What is wrong with it.
-        detail: String,
-    },
-    /// A synthetic generator got impossible arguments.
-    #[error("invalid generator argument: {0}")]
-    InvalidArgument(String),
-}
 
 /// Examples `x` (batch-first, any per-example shape) with class labels `y`.
 #[derive(Debug, Clone)]
@@ -149,15 +66,14 @@ pub fn gaussian_clusters(
     classes: usize,
     spread: f32,
     seed: u64,
-) -> Result<Dataset, DnnDataError> {
+) -> Result<Dataset, MlError> {
     if classes == 0 || dim == 0 || !(spread.is_finite() && spread >= 0.0) {
-        return Err(DnnDataError::InvalidArgument(format!(
+        return Err(MlError::InvalidArgument(format!(
             "gaussian_clusters: classes={classes}, dim={dim}, spread={spread}"
         )));
     }
     let mut rng = StdRng::seed_from_u64(seed);
-    let centre_d =
-        Normal::new(0.0f32, 3.0).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
+    let centre_d = Normal::new(0.0f32, 3.0).map_err(|e| MlError::InvalidArgument(e.to_string()))?;
     let centres: Vec<Vec<f32>> = (0..classes)
         .map(|_| (0..dim).map(|_| centre_d.sample(&mut rng)).collect())
         .collect();
@@ -173,8 +89,8 @@ pub(crate) fn noisy_templates(
     noise: f32,
     shape: &[usize],
     finish: impl Fn(f32) -> f32,
-) -> Result<Dataset, DnnDataError> {
-    let bad = |e: String| DnnDataError::InvalidArgument(e);
+) -> Result<Dataset, MlError> {
+    let bad = |e: String| MlError::InvalidArgument(e);
     let d = Normal::new(0.0f32, noise).map_err(|e| bad(e.to_string()))?;
     let mut y: Vec<usize> = (0..n).map(|i| i % templates.len()).collect();
     y.shuffle(rng);
@@ -199,15 +115,15 @@ pub fn teacher_mlp(
     hidden: usize,
     classes: usize,
     seed: u64,
-) -> Result<Dataset, DnnDataError> {
+) -> Result<Dataset, MlError> {
     if dim == 0 || hidden == 0 || classes == 0 {
-        return Err(DnnDataError::InvalidArgument(format!(
+        return Err(MlError::InvalidArgument(format!(
             "teacher_mlp needs dim, hidden and classes >= 1 (got {dim}, {hidden}, {classes})"
         )));
     }
-    let bad = |e: rand_distr::NormalError| DnnDataError::InvalidArgument(e.to_string());
+    let bad = |e: rand_distr::NormalError| MlError::InvalidArgument(e.to_string());
     let mut rng = StdRng::seed_from_u64(seed ^ 0x7ea_c4e2);
-    let mut weights = |rows: usize, cols: usize| -> Result<ndarray::Array2<f32>, DnnDataError> {
+    let mut weights = |rows: usize, cols: usize| -> Result<ndarray::Array2<f32>, MlError> {
         let d = Normal::new(0.0f32, (2.0 / cols as f32).sqrt()).map_err(bad)?;
         Ok(ndarray::Array2::from_shape_simple_fn((rows, cols), || {
             d.sample(&mut rng)
@@ -238,9 +154,9 @@ pub fn template_images(
     side: usize,
     noise: f32,
     seed: u64,
-) -> Result<Dataset, DnnDataError> {
+) -> Result<Dataset, MlError> {
     if classes == 0 || side == 0 || !(noise.is_finite() && noise >= 0.0) {
-        return Err(DnnDataError::InvalidArgument(format!(
+        return Err(MlError::InvalidArgument(format!(
             "template_images: classes={classes}, side={side}, noise={noise}"
         )));
     }
@@ -269,8 +185,8 @@ pub struct IdxImages {
     pub pixels: Vec<u8>,
 }
 
-pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, DnnDataError> {
-    std::fs::read(path).map_err(|source| DnnDataError::Io {
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, MlError> {
+    std::fs::read(path).map_err(|source| MlError::DatasetIo {
         path: path.to_path_buf(),
         source,
     })
@@ -281,14 +197,14 @@ fn parse_idx<'a>(
     bytes: &'a [u8],
     path: &Path,
     magic: u32,
-) -> Result<(Vec<usize>, &'a [u8]), DnnDataError> {
+) -> Result<(Vec<usize>, &'a [u8]), MlError> {
     let ndims = (magic & 0xff) as usize;
     let header_len = 4 + 4 * ndims;
     let be_u32 = |i: usize| -> Option<u32> {
         let b = bytes.get(i..i + 4)?;
         Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let truncated = |what, expected| DnnDataError::Truncated {
+    let truncated = |what, expected| MlError::DatasetTruncated {
         path: path.to_path_buf(),
         what,
         expected,
@@ -296,7 +212,7 @@ fn parse_idx<'a>(
     };
     let found = be_u32(0).ok_or(truncated("magic number", 4))?;
     if found != magic {
-        return Err(DnnDataError::BadMagic {
+        return Err(MlError::BadMagic {
             path: path.to_path_buf(),
             expected: magic,
             found,
@@ -327,15 +243,15 @@ fn parse_idx<'a>(
     Ok((dims, data))
 }
 
-pub(crate) fn dimension(path: &Path, detail: String) -> DnnDataError {
-    DnnDataError::Dimension {
+pub(crate) fn dimension(path: &Path, detail: String) -> MlError {
+    MlError::Dimension {
         path: path.to_path_buf(),
         detail,
     }
 }
 
 /// Parses an IDX images file already in memory; `path` is only used in errors.
-pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DnnDataError> {
+pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, MlError> {
     let (dims, data) = parse_idx(bytes, path, IDX_IMAGES_MAGIC)?;
     let &[n, rows, cols] = dims.as_slice() else {
         let why = format!("expected 3 dimensions, got {dims:?}");
@@ -354,19 +270,19 @@ pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DnnDataE
 }
 
 /// Parses an IDX labels file already in memory; `path` is only used in errors.
-pub fn parse_idx_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DnnDataError> {
+pub fn parse_idx_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, MlError> {
     let (_, data) = parse_idx(bytes, path, IDX_LABELS_MAGIC)?;
     Ok(data.to_vec())
 }
 
 /// Reads an IDX images file (see [`parse_idx_images`]).
-pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DnnDataError> {
+pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, MlError> {
     let path = path.as_ref();
     parse_idx_images(&read_file(path)?, path)
 }
 
 /// Reads an IDX labels file (see [`parse_idx_labels`]).
-pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DnnDataError> {
+pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, MlError> {
     let path = path.as_ref();
     parse_idx_labels(&read_file(path)?, path)
 }
@@ -377,12 +293,12 @@ pub fn load_idx_dataset(
     images_path: impl AsRef<Path>,
     labels_path: impl AsRef<Path>,
     n_classes: usize,
-) -> Result<Dataset, DnnDataError> {
+) -> Result<Dataset, MlError> {
     let (ip, lp) = (images_path.as_ref(), labels_path.as_ref());
     let images = read_idx_images(ip)?;
     let labels = read_idx_labels(lp)?;
     if images.n != labels.len() {
-        return Err(DnnDataError::CountMismatch {
+        return Err(MlError::CountMismatch {
             images: ip.to_path_buf(),
             labels: lp.to_path_buf(),
             n_images: images.n,
@@ -394,7 +310,7 @@ pub fn load_idx_dataset(
         .enumerate()
         .find(|&(_, &l)| l as usize >= n_classes)
     {
-        return Err(DnnDataError::LabelOutOfRange {
+        return Err(MlError::LabelOutOfRange {
             path: lp.to_path_buf(),
             index,
             label: label as usize,

@@ -10,20 +10,3 @@ pub use optim::FlatSgdMomentum;
 
 /// The array crate [`data::Dataset`] uses.
 pub use ndarray;
-
-/// Errors of the optimiser: caller mistakes (tensors of different lengths).
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum DnnError {
-    /// A flat parameter / gradient / velocity had the wrong number of elements.
-    #[error("parameter tensor {index} ({name}): expected {expected} elements, got {got}")]
-    ParamLength {
-        /// The tensor's index in the network.
-        index: usize,
-        /// The tensor's name.
-        name: String,
-        /// Its element count.
-        expected: usize,
-        /// The elements given.
-        got: usize,
-    },
-}

@@ -1,6 +1,6 @@
 //! Optimisers over flat parameter slices (so a server shard can apply them to a slice).
 
-use crate::dnn::DnnError;
+use crate::MlError;
 
 /// SGD with (heavy-ball) momentum over flat `f32` tensors or slices of them:
 /// `v <- momentum * v + grad; p <- p - lr * v`; the velocity lives with the parameters.
@@ -24,9 +24,9 @@ impl FlatSgdMomentum {
         velocity: &mut [f32],
         params: &mut [f32],
         grad: &[f32],
-    ) -> Result<(), DnnError> {
+    ) -> Result<(), MlError> {
         if velocity.len() != params.len() || grad.len() != params.len() {
-            return Err(DnnError::ParamLength {
+            return Err(MlError::ParamLength {
                 index: 0,
                 name: format!("velocity {} / grad {}", velocity.len(), grad.len()),
                 expected: params.len(),

@@ -5,9 +5,10 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use super::balanced_buckets;
+use crate::MlError;
 use crate::data::bow::parse_docword_part;
 use crate::data::synthetic::{LdaCorpusParams, LdaDocs, lda_corpus};
-use crate::data::{Corpus, CorpusStats, DataError};
+use crate::data::{Corpus, CorpusStats};
 
 /// One point of the log-likelihood trace (after a full pass over the corpus).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,7 +70,7 @@ pub fn write_topic_files(
     phi: &ndarray::Array2<f64>,
     corpus: &Corpus,
     top: usize,
-) -> Result<(), DataError> {
+) -> Result<(), MlError> {
     let mut topics = String::new();
     let mut table = String::new();
     for (k, row) in phi.rows().into_iter().enumerate() {
@@ -101,9 +102,9 @@ pub fn write_topic_files(
 }
 
 /// Writes `contents` to `dir/name`, creating `dir`; the error names the file.
-pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), DataError> {
+pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), MlError> {
     let path = dir.join(name);
-    crate::job::write_atomic(&path, contents).map_err(|source| DataError::Io { path, source })
+    crate::job::write_atomic(&path, contents).map_err(|source| MlError::Io { path, source })
 }
 
 /// The corpus of an LDA job: a bag-of-words file (with an optional `vocab`) or, without
@@ -112,7 +113,7 @@ pub fn load_corpus(
     docword: Option<&Path>,
     vocab: Option<&Path>,
     synthetic: &LdaCorpusParams,
-) -> Result<Corpus, DataError> {
+) -> Result<Corpus, MlError> {
     Ok(load_corpus_digested(docword, vocab, synthetic)?.0)
 }
 
@@ -122,7 +123,7 @@ pub fn load_corpus_digested(
     docword: Option<&Path>,
     vocab: Option<&Path>,
     synthetic: &LdaCorpusParams,
-) -> Result<(Corpus, Option<u64>), DataError> {
+) -> Result<(Corpus, Option<u64>), MlError> {
     let (corpus, read) = match docword {
         Some(path) => {
             let (corpus, read) = crate::data::load_bow_digested(path, vocab)?;
@@ -136,8 +137,8 @@ pub fn load_corpus_digested(
     Ok((corpus, read))
 }
 
-fn no_tokens() -> DataError {
-    DataError::InvalidParameter("the corpus has no tokens".into())
+fn no_tokens() -> MlError {
+    MlError::InvalidParameter("the corpus has no tokens".into())
 }
 
 /// One worker's share of an LDA job's corpus, read without holding the whole corpus.
@@ -161,12 +162,12 @@ pub fn load_corpus_share(
     synthetic: &LdaCorpusParams,
     workers: usize,
     worker: usize,
-) -> Result<CorpusShare, DataError> {
+) -> Result<CorpusShare, MlError> {
     let share = match docword {
         Some(path) => file_share(
             &mut || {
-                let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-                let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
+                let file = std::fs::File::open(path).map_err(|e| MlError::io(path, e))?;
+                let meta = file.metadata().map_err(|e| MlError::io(path, e))?;
                 // A pipe's or a device's length says nothing about what it holds.
                 let bytes = meta.is_file().then_some(meta.len());
                 Ok((Box::new(std::io::BufReader::new(file)), bytes))
@@ -214,11 +215,11 @@ type SizedReader = (Box<dyn std::io::BufRead>, Option<u64>);
 
 /// A docword file read twice through `open`: the partition, then this worker's documents.
 fn file_share(
-    open: &mut dyn FnMut() -> Result<SizedReader, DataError>,
+    open: &mut dyn FnMut() -> Result<SizedReader, MlError>,
     path: &Path,
     workers: usize,
     worker: usize,
-) -> Result<CorpusShare, DataError> {
+) -> Result<CorpusShare, MlError> {
     let limits = crate::data::DataLimits::from_env()?;
     let mut read_part = |keep: &dyn Fn(usize) -> bool| {
         let (reader, bytes) = open()?;
@@ -231,7 +232,7 @@ fn file_share(
     let (corpus, _, second) = read_part(&mine)?;
     // The partition and statistics are the first read's: the documents must be too.
     if second.finish() != first.finish() {
-        return Err(DataError::ChangedWhileRead {
+        return Err(MlError::ChangedWhileRead {
             path: path.to_path_buf(),
         });
     }
@@ -350,10 +351,7 @@ mod tests {
         let path = dir.path().join("docword.txt");
         std::fs::write(&path, "2\n3\n2\n1 1 2\n2 4 1\n").unwrap();
         let err = load_corpus_share(Some(&path), &params(), 2, 0).unwrap_err();
-        assert!(
-            matches!(err, DataError::Malformed { line: 5, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, MlError::Malformed { line: 5, .. }), "{err:?}");
         std::fs::write(&path, "2\n3\n0\n").unwrap();
         let err = load_corpus_share(Some(&path), &params(), 2, 1).unwrap_err();
         assert!(err.to_string().contains("no tokens"), "{err}");
@@ -369,7 +367,7 @@ mod tests {
         let path = Path::new("docword.txt");
         for (second, same) in [(first, true), (swapped, false)] {
             let mut reads = [first, second].into_iter();
-            let mut open = || -> Result<SizedReader, DataError> {
+            let mut open = || -> Result<SizedReader, MlError> {
                 let text = reads.next().unwrap_or_default();
                 let bytes = Some(text.len() as u64);
                 Ok((
@@ -381,7 +379,7 @@ mod tests {
                 Ok(share) => assert!(same, "a changed file was read as {:?}", share.stats),
                 Err(e) => {
                     assert!(!same, "{e}");
-                    assert!(matches!(e, DataError::ChangedWhileRead { .. }), "{e:?}");
+                    assert!(matches!(e, MlError::ChangedWhileRead { .. }), "{e:?}");
                     assert!(e.to_string().contains("changed while it was read"), "{e}");
                 }
             }

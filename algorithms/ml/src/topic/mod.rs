@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::MlError;
+
 mod corpus;
 
 pub use corpus::{
@@ -76,46 +78,15 @@ pub struct LdaConfig {
     pub seed: u64,
 }
 
-/// A document's topic counts disagree with its token assignments (a sampler bug).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopicCountError {
-    /// The counts do not sum to the document's length.
-    #[error("worker {worker} doc {doc}: counts sum {counted} != {tokens} tokens")]
-    Total {
-        /// The worker.
-        worker: usize,
-        /// The document (worker-local index).
-        doc: usize,
-        /// The sum of the counts.
-        counted: u64,
-        /// The document's tokens.
-        tokens: usize,
-    },
-    /// One topic's count differs from the assignments.
-    #[error("worker {worker} doc {doc} topic {topic}: {counted} != {assigned}")]
-    Topic {
-        /// The worker.
-        worker: usize,
-        /// The document.
-        doc: usize,
-        /// The topic.
-        topic: u32,
-        /// Its count.
-        counted: u32,
-        /// Tokens assigned to it.
-        assigned: u32,
-    },
-}
-
 /// Checks that every document's topic counts match its token assignments.
 pub fn check_doc_counts(
     worker: usize,
     doc_topic: &[TopicCounts],
     assignments: &[Vec<u32>],
-) -> Result<(), TopicCountError> {
+) -> Result<(), MlError> {
     for (d, (counts, topics)) in doc_topic.iter().zip(assignments).enumerate() {
         if counts.total() != topics.len() as u64 {
-            return Err(TopicCountError::Total {
+            return Err(MlError::DocCountTotal {
                 worker,
                 doc: d,
                 counted: counts.total(),
@@ -126,7 +97,7 @@ pub fn check_doc_counts(
         topics.iter().for_each(|&t| recount.increment(t));
         for &(t, n) in &recount.entries {
             if counts.get(t) != n {
-                return Err(TopicCountError::Topic {
+                return Err(MlError::DocTopicCount {
                     worker,
                     doc: d,
                     topic: t,

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use petrel_ml::dnn::DnnError;
+use petrel_ml::MlError;
 
 use crate::core::cost::CostModel;
 
@@ -94,7 +94,7 @@ pub enum P3CoreError {
     NoWorkers,
     /// The optimiser rejected the update.
     #[error("optimiser step")]
-    Optimizer(#[from] DnnError),
+    Optimizer(#[source] MlError),
     /// The file could not be read or written.
     #[error("{}: cannot read/write profile: {source}", .path.display())]
     Io {

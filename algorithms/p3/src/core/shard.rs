@@ -246,7 +246,8 @@ impl SliceShardCore {
         }
         let n = n_workers as f32;
         sum.iter_mut().for_each(|x| *x /= n);
-        opt.step(&mut s.velocity, &mut s.params, &sum)?;
+        opt.step(&mut s.velocity, &mut s.params, &sum)
+            .map_err(P3CoreError::Optimizer)?;
         s.received = 0;
         s.iter += 1;
         Ok(Some(s.params.clone()))
@@ -277,7 +278,7 @@ pub fn reference_step(
             sum.iter_mut().zip(g).for_each(|(a, b)| *a += b);
         }
         sum.iter_mut().for_each(|x| *x /= n as f32);
-        opt.step(v, p, &sum)?;
+        opt.step(v, p, &sum).map_err(P3CoreError::Optimizer)?;
     }
     Ok(())
 }

@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use petrel_ml::model::{ModelFileError, NetworkModel};
+use petrel_ml::MlError;
+use petrel_ml::model::NetworkModel;
 
 use crate::error::P3Error;
 
@@ -183,8 +184,8 @@ pub fn check_counts(
 }
 
 /// [`check_architecture`] as an error about the model file `path`.
-pub fn check_model_file(model: &NetworkModel, path: &Path) -> Result<(), ModelFileError> {
-    check_architecture(model).map_err(|e| ModelFileError::Inconsistent {
+pub fn check_model_file(model: &NetworkModel, path: &Path) -> Result<(), MlError> {
+    check_architecture(model).map_err(|e| MlError::InconsistentModel {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })

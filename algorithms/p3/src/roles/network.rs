@@ -6,8 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use petrel_actors::NodeContext;
+use petrel_ml::MlError;
 use petrel_ml::dnn::data::Dataset;
-use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel};
+use petrel_ml::model::{ModelParams, NetworkModel};
 
 use super::{P3Settings, WorkerReportFile, save_model};
 use crate::error::P3Error;
@@ -127,7 +128,7 @@ pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Res
 pub fn load_model(path: &Path) -> Result<(NetworkModel, StagedNet), P3Error> {
     let saved = crate::model_file::read(path)?;
     let ModelParams::Network(model) = saved.params else {
-        return Err(P3Error::ModelFile(ModelFileError::Inconsistent {
+        return Err(P3Error::Ml(MlError::InconsistentModel {
             path: path.to_path_buf(),
             reason: "its parameters are not those of a network".into(),
         }));

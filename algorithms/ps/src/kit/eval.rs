@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use petrel_ml::job::{FinishError, RunMetrics};
+use petrel_ml::MlError;
+use petrel_ml::job::RunMetrics;
 use petrel_ml::model::{MODEL_FILE, SavedModel};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -227,7 +228,7 @@ pub(crate) fn finish(
     advice: &str,
 ) -> Result<(), PsError> {
     run.finish_run(dir, files, advice).map_err(|e| match e {
-        FinishError::Diverged(d) => PsError::Diverged(d),
-        FinishError::Write { path, source } => PsError::Write { path, source },
+        MlError::Write { path, source } => PsError::Write { path, source },
+        other => PsError::Ml(other),
     })
 }

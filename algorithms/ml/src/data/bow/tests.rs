@@ -119,7 +119,7 @@ fn loads_with_vocab_and_checks_its_length() {
     std::fs::write(&vocab, "apple\n").unwrap();
     assert!(matches!(
         load_bow(&docword, Some(&vocab)),
-        Err(DataError::Malformed { .. })
+        Err(MlError::Malformed { .. })
     ));
     std::fs::write(&vocab, "apple\n\nbanana\n").unwrap();
     assert_eq!(line_of(load_bow(&docword, Some(&vocab)).unwrap_err()), 2);

@@ -140,7 +140,7 @@ fn load_ratings_detects_format() {
     assert!(load_ratings(&tr).unwrap().id_mapping.is_some());
     assert!(matches!(
         load_ratings(dir.path().join("none")),
-        Err(DataError::Io { .. })
+        Err(MlError::Io { .. })
     ));
 }
 

@@ -53,14 +53,14 @@ fn idx_errors_name_file_and_problem() {
     // labels file given where images are expected: bad magic
     write_idx_labels(&lp, &[1, 2, 3]).unwrap();
     let e = read_idx_images(&lp).unwrap_err();
-    assert!(matches!(e, DnnDataError::BadMagic { found: 0x801, .. }));
+    assert!(matches!(e, MlError::BadMagic { found: 0x801, .. }));
     assert!(e.to_string().contains("labels") && e.to_string().contains("magic"));
 
     // truncated in the magic, the header and the data
     for (cut, what) in [(2, "magic number"), (9, "header"), (20, "data")] {
         std::fs::write(&ip, &good[..cut]).unwrap();
         match read_idx_images(&ip).unwrap_err() {
-            DnnDataError::Truncated { what: w, path, .. } => {
+            MlError::DatasetTruncated { what: w, path, .. } => {
                 assert_eq!(w, what);
                 assert_eq!(path, ip);
             }
@@ -73,7 +73,7 @@ fn idx_errors_name_file_and_problem() {
     std::fs::write(&ip, &long).unwrap();
     assert!(matches!(
         read_idx_images(&ip),
-        Err(DnnDataError::Dimension { .. })
+        Err(MlError::Dimension { .. })
     ));
     // huge dimensions: overflow or truncation, never an allocation or panic
     let mut huge = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
@@ -86,14 +86,14 @@ fn idx_errors_name_file_and_problem() {
     std::fs::write(&ip, [0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5]).unwrap();
     assert!(matches!(
         read_idx_images(&ip),
-        Err(DnnDataError::Dimension { .. })
+        Err(MlError::Dimension { .. })
     ));
     // count mismatch and label range
     std::fs::write(&ip, &good).unwrap();
     write_idx_labels(&lp, &[1, 2]).unwrap();
     assert!(matches!(
         load_idx_dataset(&ip, &lp, 10),
-        Err(DnnDataError::CountMismatch {
+        Err(MlError::CountMismatch {
             n_images: 3,
             n_labels: 2,
             ..
@@ -102,11 +102,11 @@ fn idx_errors_name_file_and_problem() {
     write_idx_labels(&lp, &[1, 2, 10]).unwrap();
     assert!(matches!(
         load_idx_dataset(&ip, &lp, 10),
-        Err(DnnDataError::LabelOutOfRange { index: 2, .. })
+        Err(MlError::LabelOutOfRange { index: 2, .. })
     ));
     // missing file
     let e = read_idx_labels(dir.path().join("nope")).unwrap_err();
-    assert!(matches!(e, DnnDataError::Io { .. }) && e.to_string().contains("nope"));
+    assert!(matches!(e, MlError::DatasetIo { .. }) && e.to_string().contains("nope"));
 }
 
 proptest::proptest! {

@@ -14,8 +14,9 @@ use super::StradsMfSettings;
 use crate::core::StradsModelError;
 use crate::core::mf::MfPartition;
 use crate::error::StradsError;
+use petrel_ml::MlError;
 use petrel_ml::data::synthetic::stream_low_rank_ratings;
-use petrel_ml::data::{DataError, HeldOutMask, Ratings, ReadDigest, scan_ratings};
+use petrel_ml::data::{HeldOutMask, Ratings, ReadDigest, scan_ratings};
 
 /// Which side of the split a rating is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,7 +273,7 @@ impl StradsMfSettings {
 /// A second read of the ratings disagreed with the first.
 fn changed(data: Option<&Path>) -> StradsError {
     match data {
-        Some(path) => DataError::ChangedWhileRead {
+        Some(path) => MlError::ChangedWhileRead {
             path: path.to_path_buf(),
         }
         .into(),

@@ -261,7 +261,7 @@ fn a_share_of_a_bad_file_is_refused_with_the_line() {
         assert!(
             matches!(
                 &e,
-                StradsError::Data(petrel_ml::data::DataError::Malformed { line: 3, .. })
+                StradsError::Ml(petrel_ml::MlError::Malformed { line: 3, .. })
             ),
             "{e:?}"
         );

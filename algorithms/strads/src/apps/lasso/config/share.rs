@@ -8,8 +8,9 @@
 use super::{LassoSettings, column_correlation, column_means, label_mean};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
+use petrel_ml::MlError;
 use petrel_ml::data::synthetic::{SparseLassoColumns, SparseLassoParams};
-use petrel_ml::data::{DataError, ReadDigest, SparseColumns, visit_libsvm};
+use petrel_ml::data::{ReadDigest, SparseColumns, visit_libsvm};
 use std::ops::Range;
 use std::path::Path;
 
@@ -267,7 +268,7 @@ impl LassoSettings {
             values: vec![0.0; nnz],
         };
         let changed = || {
-            StradsError::from(DataError::ChangedWhileRead {
+            StradsError::from(MlError::ChangedWhileRead {
                 path: path.to_path_buf(),
             })
         };
