@@ -347,16 +347,13 @@ fn dispatch(
             result?;
             #[cfg(feature = "plot")]
             if let (Some(svg), Some(out)) = (plot, report_dir) {
-                let drawn =
-                    crate::train::progress::plot_history(&out, &svg).map_err(CliError::command)?;
+                let drawn = crate::train::progress::plot_history(&out, &svg)?;
                 println!("plotted {} to {}", drawn.join(", "), svg.display());
             }
             Ok(())
         }
-        Command::Eval(args) => crate::train::saved::eval_command(args).map_err(CliError::command),
-        Command::Predict(args) => {
-            crate::train::saved::predict_command(args).map_err(CliError::command)
-        }
+        Command::Eval(args) => crate::train::saved::eval_command(args),
+        Command::Predict(args) => crate::train::saved::predict_command(args),
     }
 }
 
@@ -365,9 +362,9 @@ fn run_command(mut args: RunArgs) -> Result<(), CliError> {
     let mut settings = Settings::load(&args.config)?;
     if let Some(dir) = &args.run_dir {
         // Absolute: the node settings written into it name their files by path.
-        let dir = std::path::absolute(dir).map_err(CliError::write(dir))?;
+        let dir = std::path::absolute(dir).map_err(CliError::io(dir))?;
         // Private before anything is written into it.
-        petrel_net::private_files::create_private_dir(&dir).map_err(CliError::write(&dir))?;
+        petrel_net::private_files::create_private_dir(&dir).map_err(CliError::io(&dir))?;
         args.run_dir = Some(dir);
     }
     // Checkpoints by default, in a run directory kept across restarts.
@@ -379,7 +376,7 @@ fn run_command(mut args: RunArgs) -> Result<(), CliError> {
             tempfile::Builder::new()
                 .prefix(&format!("petrel-run-{}-", settings.cluster.name))
                 .tempdir()
-                .map_err(CliError::write(&std::env::temp_dir()))?,
+                .map_err(CliError::io(&std::env::temp_dir()))?,
         ),
         _ => None,
     };
@@ -391,7 +388,7 @@ fn run_command(mut args: RunArgs) -> Result<(), CliError> {
         // A fresh job never rolls back to an earlier job's checkpoints.
         for d in &given {
             if d.exists() {
-                std::fs::remove_dir_all(d).map_err(CliError::write(d))?;
+                std::fs::remove_dir_all(d).map_err(CliError::io(d))?;
             }
             tracing::info!(dir = %d.display(), "checkpoints by default");
         }
@@ -432,7 +429,7 @@ fn default_checkpoint_root(run_dir: &std::path::Path) -> Result<PathBuf, CliErro
     let root = run_dir.join("checkpoints");
     std::fs::create_dir_all(&root)
         .and_then(|()| std::fs::canonicalize(&root))
-        .map_err(|source| CliError::Write { path: root, source })
+        .map_err(|source| CliError::Io { path: root, source })
 }
 
 impl TrainCommand {
@@ -469,9 +466,8 @@ fn train(app: TrainCommand, given: &BTreeSet<String>) -> Result<(), CliError> {
         TrainCommand::Logistic(args) => t::train_lasso::<LogisticApp>(args, given),
         TrainCommand::StradsMf(args) => t::train_strads::<MfApp>(args, given),
         TrainCommand::Lda(args) => t::train_strads::<LdaApp>(args, given),
-        TrainCommand::P3(args) => return t::p3::train(args).map_err(CliError::command),
+        TrainCommand::P3(args) => t::p3::train(args),
     }
-    .map_err(CliError::command)
 }
 
 /// `petrel run` without the dashboard around it.
@@ -595,7 +591,7 @@ fn certs_command(
                 // Relative to the bundle's cluster.toml: the bundle itself.
                 s.cluster.certs_dir = Some(PathBuf::from("."));
                 let path = host.join("cluster.toml");
-                std::fs::write(&path, s.to_toml()?).map_err(CliError::write(&path))?;
+                std::fs::write(&path, s.to_toml()?).map_err(CliError::io(&path))?;
             }
         }
     }

@@ -5,9 +5,10 @@
 //! nodes, as threads of this process talking QUIC over 127.0.0.1 by default).
 
 use crate::common::upper_median;
+use petrel::CliError;
 use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
-use petrel::train::{TrainError, run_lasso_job};
+use petrel::train::run_lasso_job;
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, ObjectivePoint, SyntheticLasso};
@@ -86,7 +87,7 @@ impl LassoRunArgs {
         &self,
         colocate: bool,
         job: impl Fn(u64) -> LassoSettings,
-    ) -> Result<Vec<LassoMetrics>, TrainError> {
+    ) -> Result<Vec<LassoMetrics>, CliError> {
         (0..self.repeats.max(1))
             .map(|seed| {
                 let job = job(seed);
@@ -129,7 +130,7 @@ struct Figures {
     plot: String,
 }
 
-pub fn run(args: LassoBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: LassoBenchArgs) -> Result<(), CliError> {
     let base = base_job(&args);
     let (design, m) = solve_design("lasso", &base)?;
     let (lambda, optimum) = (design.lambda, design.optimum);
@@ -249,7 +250,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoSettings {
 pub(crate) fn solve_design(
     bench: &'static str,
     base: &LassoSettings,
-) -> Result<(DesignFigures, LassoMetrics), TrainError> {
+) -> Result<(DesignFigures, LassoMetrics), CliError> {
     let (x, y) = base.load()?;
     let job = LassoSettings {
         gap_tolerance: Some(1e-10),
@@ -273,7 +274,7 @@ fn write_plots(
     out: &Path,
     results: &[(String, Vec<LassoMetrics>)],
     optimum: f64,
-) -> Result<PathBuf, TrainError> {
+) -> Result<PathBuf, CliError> {
     let series_of = |f: &dyn Fn(&ObjectivePoint) -> f64| {
         results
             .iter()

@@ -5,7 +5,8 @@
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
 use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, DesignSize, PetrelRun, Prepared};
-use petrel::train::{TrainError, run_lasso_job};
+use petrel::CliError;
+use petrel::train::run_lasso_job;
 use petrel_ml::data::SparseColumns;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, RoundProfile, SyntheticLasso};
@@ -173,7 +174,7 @@ impl CdScale for LassoScaleBenchArgs {
         &self,
         size: &DesignSize,
         job: &LassoSettings,
-    ) -> Result<Prepared<Self::Design, LassoSize>, TrainError> {
+    ) -> Result<Prepared<Self::Design, LassoSize>, CliError> {
         let generated = Instant::now();
         let (x, y) = job.load()?;
         let nnz = x.values.len();
@@ -202,10 +203,10 @@ impl CdScale for LassoScaleBenchArgs {
         design: &mut Self::Design,
         job: &LassoSettings,
         last: bool,
-    ) -> Result<(f64, u64), TrainError> {
+    ) -> Result<(f64, u64), CliError> {
         let (x, y) = design
             .as_ref()
-            .ok_or_else(|| TrainError::Usage("the design was released".into()))?;
+            .ok_or_else(|| CliError::Usage("the design was released".into()))?;
         let m = solve_baseline(x, y, job)?.metrics;
         if last {
             *design = None;
@@ -213,7 +214,7 @@ impl CdScale for LassoScaleBenchArgs {
         Ok((m.elapsed_s, m.updates))
     }
 
-    fn petrel(&self, r: PetrelRun) -> Result<CdRun<LassoRun>, TrainError> {
+    fn petrel(&self, r: PetrelRun) -> Result<CdRun<LassoRun>, CliError> {
         let m = run_lasso_job(r.job, r.workers, r.transport, false)?;
         let p = &m.profile;
         let compute_to_target_s = p.critical_compute_to_target_s;
@@ -255,11 +256,11 @@ impl CdScale for LassoScaleBenchArgs {
 }
 
 /// Runs the bench, prints its table and JSON line.
-pub fn run(args: LassoScaleBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: LassoScaleBenchArgs) -> Result<(), CliError> {
     crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size, repeat and worker count, prints the table and writes the plot.
-pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, TrainError> {
+pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, CliError> {
     crate::scale::measure_cd(args)
 }

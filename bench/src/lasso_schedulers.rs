@@ -7,7 +7,7 @@
 use crate::common::upper_median;
 use crate::lasso::{DesignFigures, LassoRunArgs, solve_design};
 use crate::scale::write_plot;
-use petrel::train::TrainError;
+use petrel::CliError;
 use petrel::train::plot::{Series, absolute};
 use petrel_strads::apps::lasso::{LassoSettings, SyntheticLasso};
 use serde::Serialize;
@@ -61,9 +61,9 @@ struct Figures {
     plot: String,
 }
 
-pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), CliError> {
     if args.schedulers.is_empty() || args.depths.is_empty() || args.runs.repeats == 0 {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "need at least one scheduler count, one depth and one repeat".into(),
         ));
     }

@@ -6,8 +6,9 @@
 //! time (both measured from the end of initialisation).
 
 use crate::scale::{WorkerCountsArgs, write_plot};
+use petrel::CliError;
 use petrel::train::plot::{Series, absolute};
-use petrel::train::{TrainError, run_job};
+use petrel::train::run_job;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint};
 use petrel_ps::apps::lda::{PsLdaMetrics, PsLdaSettings};
@@ -114,7 +115,7 @@ pub(crate) fn corpus(
     }
 }
 
-pub fn run(args: LdaBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: LdaBenchArgs) -> Result<(), CliError> {
     let out = absolute(&args.out)?;
     let runs = args.runs.run_each(|p| {
         let job = LdaSettings {
@@ -131,7 +132,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), TrainError> {
         .collect();
     let (p, last) = runs
         .last()
-        .ok_or_else(|| TrainError::Usage("no runs".into()))?;
+        .ok_or_else(|| CliError::Usage("no runs".into()))?;
     let ps = if args.no_ps {
         None
     } else {
@@ -183,7 +184,7 @@ fn plot_loglik(
     out: &Path,
     runs: &[(usize, LdaMetrics)],
     ps: Option<&PsLdaMetrics>,
-) -> Result<String, TrainError> {
+) -> Result<String, CliError> {
     let curve = |points: &[LoglikPoint]| -> Vec<(f64, f64)> {
         let t0 = points.first().map_or(0.0, |p| p.elapsed_s);
         points
@@ -255,7 +256,7 @@ fn run_ps(
     args: &LdaBenchArgs,
     workers: usize,
     out: &std::path::Path,
-) -> Result<PsLdaMetrics, TrainError> {
+) -> Result<PsLdaMetrics, CliError> {
     let cfg = PsLdaSettings {
         synthetic: corpus(args.topics, args.vocab, args.docs, args.doc_length),
         n_topics: args.topics,
@@ -272,5 +273,5 @@ fn run_ps(
     let transport = args.runs.transport.cluster_transport();
     petrel_ps::run_local::<petrel_ps::PsLda>(cfg, args.ps_shards, workers, transport)
         .map(|o| o.metrics)
-        .map_err(|e| TrainError::ParameterServer(Box::new(e)))
+        .map_err(|e| CliError::ParameterServer(Box::new(e)))
 }

@@ -4,8 +4,9 @@
 //! topics and document length), so tokens/s per core should stay flat.
 
 use crate::scale::{GridArgs, grid, per_core, write_plot};
+use petrel::CliError;
 use petrel::train::plot::absolute;
-use petrel::train::{NodeMemory, TrainError, run_job};
+use petrel::train::{NodeMemory, run_job};
 use petrel_strads::StradsError;
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::kit::StradsSettings;
@@ -96,14 +97,14 @@ pub struct LdaScaleFigures {
 }
 
 /// Runs the bench, prints its table and JSON line.
-pub fn run(args: LdaScaleBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: LdaScaleBenchArgs) -> Result<(), CliError> {
     crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size and worker count, prints the table and writes the plot.
-pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, TrainError> {
+pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, CliError> {
     if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "--doc-length must be positive and every --tokens size at least one document".into(),
         ));
     }
@@ -185,7 +186,7 @@ fn run_one(
     out: &Path,
     tokens: usize,
     workers: usize,
-) -> Result<(LdaScaleRun, serde_json::Value), TrainError> {
+) -> Result<(LdaScaleRun, serde_json::Value), CliError> {
     let docs = tokens / args.doc_length;
     let job = LdaSettings {
         synthetic: crate::lda::corpus(args.topics, args.vocab, docs, args.doc_length),

@@ -3,7 +3,7 @@
 //! them. The binary is also the whole `petrel` command line, so the node processes a bench
 //! launches run its roles ([`register_roles`]) as well as the built-in ones.
 
-// The benches return `BenchError` or the facade's `TrainError`, which clippy finds large.
+// The benches return `BenchError` or the facade's `CliError`, which clippy finds large.
 #![allow(clippy::result_large_err)]
 
 use petrel::CliError;
@@ -154,7 +154,7 @@ impl BenchError {
     }
 
     /// A plot of `path` that could not be drawn, for `map_err`.
-    fn plot(path: &std::path::Path) -> impl FnOnce(petrel::train::TrainError) -> Self {
+    fn plot(path: &std::path::Path) -> impl FnOnce(petrel::CliError) -> Self {
         move |e| BenchError::Plot {
             path: path.display().to_string(),
             reason: e.to_string(),

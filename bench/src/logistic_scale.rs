@@ -4,7 +4,8 @@
 //! lowers the objective by at most `--optimum-tolerance`.
 
 use crate::scale::{CdRun, CdScale, CdScaleArgs, DesignSize, PetrelRun, Prepared};
-use petrel::train::{TrainError, run_job};
+use petrel::CliError;
+use petrel::train::run_job;
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
 use std::path::{Path, PathBuf};
@@ -86,7 +87,7 @@ impl CdScale for LogisticScaleBenchArgs {
         &self,
         _size: &DesignSize,
         job: &LassoSettings,
-    ) -> Result<Prepared<(), ()>, TrainError> {
+    ) -> Result<Prepared<(), ()>, CliError> {
         let (x, labels) = load(job)?;
         // f*: the baseline stops once a sweep gains less than gap_tolerance / 100.
         let optimum = run_baseline(&LassoSettings {
@@ -108,12 +109,12 @@ impl CdScale for LogisticScaleBenchArgs {
         _design: &mut (),
         job: &LassoSettings,
         _last: bool,
-    ) -> Result<(f64, u64), TrainError> {
+    ) -> Result<(f64, u64), CliError> {
         let m = run_baseline(job)?;
         Ok((m.elapsed_s, m.updates))
     }
 
-    fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, TrainError> {
+    fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, CliError> {
         let m = run_job::<LogisticApp>(r.job, r.workers, r.transport)?;
         let reached = r
             .job
@@ -132,7 +133,7 @@ impl CdScale for LogisticScaleBenchArgs {
 }
 
 /// Runs the bench, prints its table, plot and JSON line.
-pub fn run(args: LogisticScaleBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: LogisticScaleBenchArgs) -> Result<(), CliError> {
     crate::scale::print_figures(&crate::scale::measure_cd(&args)?)
 }
 

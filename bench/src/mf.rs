@@ -4,8 +4,9 @@
 //! round through the scheduler (the H blocks rotate worker to worker).
 
 use crate::scale::{WorkerCountsArgs, write_plot};
+use petrel::CliError;
 use petrel::train::plot::{Series, absolute};
-use petrel::train::{TrainError, run_job};
+use petrel::train::run_job;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use serde::Serialize;
@@ -110,7 +111,7 @@ fn bytes_per_round(m: &MfMetrics) -> (f64, f64) {
     (ring, ring + 2.0 * m.block_bytes as f64)
 }
 
-pub fn run(args: StradsMfBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: StradsMfBenchArgs) -> Result<(), CliError> {
     let out = absolute(&args.out)?;
     let runs = args.runs.run_each(|p| {
         let dims = (args.users, args.items);
@@ -151,7 +152,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), TrainError> {
     )?;
     let (p, last) = runs
         .last()
-        .ok_or_else(|| TrainError::Usage("no runs".into()))?;
+        .ok_or_else(|| CliError::Usage("no runs".into()))?;
     let single = runs
         .iter()
         .find(|(p, _)| *p == 1)

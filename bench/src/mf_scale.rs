@@ -6,8 +6,9 @@
 
 use crate::mf::MfArgs;
 use crate::scale::{GridArgs, grid, per_core, write_plot};
+use petrel::CliError;
 use petrel::train::plot::absolute;
-use petrel::train::{NodeMemory, TrainError, run_job};
+use petrel::train::{NodeMemory, run_job};
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
@@ -117,19 +118,19 @@ fn sweeps_to_target(
 }
 
 /// Runs the bench, prints its table and JSON line.
-pub fn run(args: MfScaleBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: MfScaleBenchArgs) -> Result<(), CliError> {
     crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size and worker count, prints the table and writes the plot.
-pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, TrainError> {
+pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, CliError> {
     if args.grid.workers.contains(&0) || args.ratings.contains(&0) {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "--ratings and --workers must be positive".into(),
         ));
     }
     if !(args.observed_fraction > 0.0 && args.observed_fraction <= 1.0) {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "--observed-fraction must be in (0, 1]".into(),
         ));
     }
@@ -219,7 +220,7 @@ fn run_one(
     requested: usize,
     workers: usize,
     one_worker_s: Option<f64>,
-) -> Result<MfScaleRun, TrainError> {
+) -> Result<MfScaleRun, CliError> {
     let job = args.model.job(
         dimensions(requested, args.observed_fraction),
         args.observed_fraction,

@@ -5,9 +5,9 @@
 //! every layer at a set device speed); gradients and parameters are real buffers.
 
 use crate::scale::write_plot;
+use petrel::CliError;
 use petrel::netns::{Hosts, LinkShape};
 use petrel::report::{fmt, print_json, save_json};
-use petrel::train::TrainError;
 use petrel::train::p3::processes;
 use petrel::train::plot::Series;
 use petrel_ml::dnn::FlatSgdMomentum;
@@ -159,7 +159,7 @@ fn probe_goodput(
     setup: &Setup,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<(f64, f64, ModeRun), TrainError> {
+) -> Result<(f64, f64, ModeRun), CliError> {
     let transfer_only = Setup {
         profile: setup.profile.clone(),
         device_flops: 1e18,
@@ -200,9 +200,9 @@ pub(crate) fn slowest(
     reports: &[WorkerReportFile],
     skip: usize,
     stat: impl Fn(&WorkerReportFile, usize) -> Option<f64>,
-) -> Result<f64, TrainError> {
+) -> Result<f64, CliError> {
     reports.iter().try_fold(0.0f64, |worst, r| {
-        Ok(worst.max(stat(r, skip).ok_or(TrainError::NoMeasuredIterations)?))
+        Ok(worst.max(stat(r, skip).ok_or(CliError::NoMeasuredIterations)?))
     })
 }
 
@@ -259,7 +259,7 @@ fn run_mode(
     mode: Mode,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<ModeRun, TrainError> {
+) -> Result<ModeRun, CliError> {
     let counts: Vec<u64> = setup.profile.layers.iter().map(|l| l.params).collect();
     let mut shaper = ShaperConfig::mbit(bandwidth_mbit);
     if !args.shape_ingress {
@@ -389,7 +389,7 @@ fn plot(path: &Path, points: &[Point]) {
 }
 
 /// Runs the bench and prints its table, plot and JSON figures.
-pub fn run(mut args: P3BenchArgs) -> Result<(), TrainError> {
+pub fn run(mut args: P3BenchArgs) -> Result<(), CliError> {
     validate(&args)?;
     let full = load_profile(&args.model)?;
     let setup = setup_for(&args, &full)?;
@@ -429,7 +429,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), TrainError> {
          process(es) / wall time per run){bound}"
     );
     plot(&args.plot, &points);
-    let point = points.first().ok_or(TrainError::NoBandwidthPoint)?;
+    let point = points.first().ok_or(CliError::NoBandwidthPoint)?;
     let first = &point.at;
     let get = |name: &str| point.modes.iter().find(|m| m.mode == name);
     let secs = |name| get(name).map_or(f64::NAN, |m| m.secs_per_iter);
@@ -467,15 +467,15 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), TrainError> {
     if let Err(e) = save_json(&args.json_out, &figures) {
         tracing::warn!(error = %e, path = %args.json_out.display(), "cannot write the figures");
     }
-    print_json(&figures).map_err(TrainError::JsonOutput)
+    print_json(&figures).map_err(CliError::JsonOutput)
 }
 
 /// A usage error.
-fn bad<T>(m: String) -> Result<T, TrainError> {
-    Err(TrainError::Args(m))
+fn bad<T>(m: String) -> Result<T, CliError> {
+    Err(CliError::Args(m))
 }
 
-fn validate(args: &P3BenchArgs) -> Result<(), TrainError> {
+fn validate(args: &P3BenchArgs) -> Result<(), CliError> {
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
     }
@@ -486,14 +486,14 @@ fn validate(args: &P3BenchArgs) -> Result<(), TrainError> {
         ));
     }
     if args.netns {
-        petrel::netns::available().map_err(TrainError::NetnsUnavailable)?;
+        petrel::netns::available().map_err(CliError::NetnsUnavailable)?;
     }
     Ok(())
 }
 
 /// The model scaled (`--scale` or `--model-mb`) and the device's speed (`--device-gflops`
 /// or `--compute-ms`).
-fn setup_for(args: &P3BenchArgs, full: &ModelProfile) -> Result<Setup, TrainError> {
+fn setup_for(args: &P3BenchArgs, full: &ModelProfile) -> Result<Setup, CliError> {
     let full_params = full.total_params();
     if full_params == 0 {
         return bad(format!("model {} has no parameters", args.model));
@@ -521,7 +521,7 @@ fn setup_for(args: &P3BenchArgs, full: &ModelProfile) -> Result<Setup, TrainErro
 }
 
 /// The slice size the simulator finds fastest at `bandwidth_mbit` (`--slice-size 0`).
-fn auto_slice(args: &P3BenchArgs, setup: &Setup, bandwidth_mbit: f64) -> Result<u64, TrainError> {
+fn auto_slice(args: &P3BenchArgs, setup: &Setup, bandwidth_mbit: f64) -> Result<u64, CliError> {
     let mut cost = setup.cost(bandwidth_mbit, args.workers);
     cost.per_slice_overhead_s = args.slice_overhead_us.max(0.0) * 1e-6;
     let candidates: Vec<u64> = (10..=17).map(|k| 1u64 << k).collect();
@@ -570,7 +570,7 @@ fn print_setup(args: &P3BenchArgs, full: &ModelProfile, setup: &Setup) {
 }
 
 /// Every chosen mode and the transfer probe at `bw` Mbit/s; prints the bounds and table.
-fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point, TrainError> {
+fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point, CliError> {
     let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
     let shape = LinkShape {
         rate_mbit: Some(bw),
@@ -580,7 +580,7 @@ fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point
     let hosts = (args.netns)
         .then(|| Hosts::up(&processes::prefix(), args.workers + args.shards, &shape))
         .transpose()
-        .map_err(TrainError::Namespaces)?
+        .map_err(CliError::Namespaces)?
         .map(processes::Teardown);
     let mut modes = Vec::new();
     for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {

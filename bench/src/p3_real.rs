@@ -5,8 +5,8 @@
 
 use crate::common::{json_table, upper_median};
 use crate::p3::slowest;
+use petrel::CliError;
 use petrel::report::print_json;
-use petrel::train::TrainError;
 use petrel::train::p3::{RealJobArgs, job_run_dir, run_processes};
 use petrel_ml::MlError;
 use petrel_ml::dnn::cifar::synthetic_cifar;
@@ -75,7 +75,7 @@ fn adapter_overhead(
     net: &StagedNet,
     batch: usize,
     iters: u64,
-) -> Result<(AdapterOverhead, usize), TrainError> {
+) -> Result<(AdapterOverhead, usize), CliError> {
     let real = |source| petrel_p3::P3Error::RealModel {
         name: net.name().to_string(),
         source: Box::new(source),
@@ -84,7 +84,7 @@ fn adapter_overhead(
     let data = Arc::new(timing_data(net.input_shape(), 4 * batch).map_err(petrel_p3::P3Error::Ml)?);
     let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
     let n = m.stage_tensors().len();
-    let install = |m: &mut CandleStageModel| -> Result<f64, TrainError> {
+    let install = |m: &mut CandleStageModel| -> Result<f64, CliError> {
         let t = Instant::now();
         for (k, v) in initial.iter().enumerate() {
             m.set_tensor(k, v).map_err(real)?;
@@ -95,7 +95,7 @@ fn adapter_overhead(
     // alternate going first, so a burst of outside load hits one pair, not the median.
     let mut samples: Vec<[f64; 5]> = Vec::new();
     for i in 0..=iters {
-        let stagewise = |m: &mut CandleStageModel| -> Result<[f64; 3], TrainError> {
+        let stagewise = |m: &mut CandleStageModel| -> Result<[f64; 3], CliError> {
             let t_set = install(m)?;
             let t = Instant::now();
             for s in 0..n {
@@ -108,7 +108,7 @@ fn adapter_overhead(
             }
             Ok([t_fwd, t.elapsed().as_secs_f64(), t_set])
         };
-        let whole = |m: &mut CandleStageModel| -> Result<[f64; 2], TrainError> {
+        let whole = |m: &mut CandleStageModel| -> Result<[f64; 2], CliError> {
             install(m)?;
             let (_, w_fwd, w_bwd) = m.whole_model_pass(i).map_err(real)?;
             Ok([w_fwd.as_secs_f64(), w_bwd.as_secs_f64()])
@@ -164,10 +164,10 @@ struct ModelFigures {
 }
 
 /// `petrel bench p3-real`.
-pub fn run(args: P3RealBenchArgs) -> Result<(), TrainError> {
+pub fn run(args: P3RealBenchArgs) -> Result<(), CliError> {
     let (run_dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     if args.iterations == 0 || args.job.workers == 0 || args.job.batch == 0 {
-        return Err(TrainError::Args(
+        return Err(CliError::Args(
             "--iterations, --workers and --batch must be >= 1".into(),
         ));
     }
@@ -177,7 +177,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), TrainError> {
         let probe = args.job.node_config(model, Mode::P3, 1, &run_dir);
         let net = probe
             .real_net(&probe.input_shape()?)?
-            .ok_or_else(|| TrainError::Args("--models: empty name".into()))?;
+            .ok_or_else(|| CliError::Args("--models: empty name".into()))?;
         let (overhead, params) = adapter_overhead(&net, args.job.batch, args.overhead_iterations)?;
         overheads.push(serde_json::json!({"model": model, "params": params, "adapter": overhead}));
         if args.overhead_only {
@@ -235,7 +235,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), TrainError> {
                 batch: args.job.batch,
                 adapter: overhead,
             })
-            .map_err(TrainError::JsonOutput)?,
+            .map_err(CliError::JsonOutput)?,
         );
     }
     if !args.overhead_only {
@@ -254,7 +254,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), TrainError> {
                 adapter/whole_forward_ms adapter/whole_backward_ms adapter/set_tensors_ms \
                 adapter/overhead";
     json_table(&overheads, keys).print();
-    print_json(&serde_json::Value::Object(figures)).map_err(TrainError::JsonOutput)
+    print_json(&serde_json::Value::Object(figures)).map_err(CliError::JsonOutput)
 }
 
 #[cfg(test)]

@@ -6,9 +6,10 @@
 //! the repeats' ratios, each against its own repeat's baseline (the host is shared).
 
 use crate::common::{json_table, median, name_of};
+use petrel::CliError;
 use petrel::report::print_json;
 use petrel::train::plot::{Series, absolute, line_plot};
-use petrel::train::{NodeMemory, TrainError, TrainTransport};
+use petrel::train::{NodeMemory, TrainTransport};
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::LassoSettings;
@@ -42,15 +43,15 @@ pub(crate) fn write_plot(
     y_label: &str,
     series: &[Series],
     log_y: bool,
-) -> Result<String, TrainError> {
+) -> Result<String, CliError> {
     line_plot(path, title, x_label, y_label, series, log_y)?;
     println!("plot: {}", path.display());
     Ok(path.display().to_string())
 }
 
 /// Prints a STRADS bench's JSON line.
-pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), TrainError> {
-    print_json(figures).map_err(|source| TrainError::Json {
+pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), CliError> {
+    print_json(figures).map_err(|source| CliError::Json {
         path: PathBuf::new(),
         source,
     })
@@ -62,10 +63,10 @@ pub(crate) fn grid<S, R>(
     sizes: &[S],
     workers: &[usize],
     keys: &str,
-    mut run: impl FnMut(&S, usize) -> Result<(R, serde_json::Value), TrainError>,
-) -> Result<Vec<Vec<R>>, TrainError> {
+    mut run: impl FnMut(&S, usize) -> Result<(R, serde_json::Value), CliError>,
+) -> Result<Vec<Vec<R>>, CliError> {
     if sizes.is_empty() || workers.is_empty() {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "need at least one size and one worker count".into(),
         ));
     }
@@ -112,12 +113,10 @@ impl WorkerCountsArgs {
     /// `run(workers)` for every worker count in order, beside its count.
     pub(crate) fn run_each<M>(
         &self,
-        mut run: impl FnMut(usize) -> Result<M, TrainError>,
-    ) -> Result<Vec<(usize, M)>, TrainError> {
+        mut run: impl FnMut(usize) -> Result<M, CliError>,
+    ) -> Result<Vec<(usize, M)>, CliError> {
         if self.workers.is_empty() {
-            return Err(TrainError::Usage(
-                "--workers needs at least one count".into(),
-            ));
+            return Err(CliError::Usage("--workers needs at least one count".into()));
         }
         self.workers.iter().map(|&p| Ok((p, run(p)?))).collect()
     }
@@ -316,17 +315,17 @@ pub(crate) trait CdScale {
         &self,
         size: &DesignSize,
         job: &LassoSettings,
-    ) -> Result<Prepared<Self::Design, Self::Size>, TrainError>;
+    ) -> Result<Prepared<Self::Design, Self::Size>, CliError>;
     /// One timed baseline run of `job`: seconds and updates (`last`: the last repeat).
     fn baseline(
         &self,
         design: &mut Self::Design,
         job: &LassoSettings,
         last: bool,
-    ) -> Result<(f64, u64), TrainError>;
+    ) -> Result<(f64, u64), CliError>;
     /// One STRADS run; the harness sets the workers, wall time, memory, ratios and
     /// `us_per_update` (`rss_mb` stands where the nodes were not processes).
-    fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, TrainError>;
+    fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, CliError>;
     fn top(&self) -> Self::Top;
 }
 
@@ -339,15 +338,15 @@ pub(crate) type FiguresOf<B> =
     CdScaleFigures<<B as CdScale>::Run, <B as CdScale>::Size, <B as CdScale>::Top>;
 
 /// Runs every size, repeat and worker count of `bench`, prints the table and plots.
-pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, TrainError> {
+pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, CliError> {
     let (c, design_sizes, tolerance, out) = bench.args();
     if design_sizes.is_empty() || c.workers.is_empty() || c.repeats == 0 {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "need at least one size, one worker count and one repeat".into(),
         ));
     }
     let transport = c.transport.cluster().ok_or_else(|| {
-        TrainError::Usage(
+        CliError::Usage(
             "the scale benches compare STRADS runs: --transport memory, quic or processes".into(),
         )
     })?;
@@ -406,7 +405,7 @@ fn measure_size<B: CdScale>(
     transport: JobTransport,
     out: &Path,
     rows: &mut Vec<serde_json::Value>,
-) -> Result<CdSize<B::Run, B::Size>, TrainError> {
+) -> Result<CdSize<B::Run, B::Size>, CliError> {
     let c = bench.args().0;
     let base = bench.job(size);
     base.validate().map_err(StradsError::from)?;

@@ -15,8 +15,8 @@ use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use petrel_strads::kit::StradsSettings;
 use petrel_strads::{StradsError, StradsJob};
 
-use super::TrainError;
 use super::jobfile::{prepare_out_dir, resolve_job};
+use crate::CliError;
 
 /// The most `--workers` of a job: each is a node (a thread or a process on this host).
 const MAX_WORKERS: usize = 1024;
@@ -36,7 +36,7 @@ pub trait TrainApp {
     /// The input file settings (made absolute: nodes may run elsewhere).
     fn inputs(job: &mut Self::Job) -> Vec<&mut Option<PathBuf>>;
     /// Loads the data once and checks it fits: labels, rows versus `workers`.
-    fn check_data(job: &Self::Job, workers: usize) -> Result<(), TrainError>;
+    fn check_data(job: &Self::Job, workers: usize) -> Result<(), CliError>;
     /// A parameter-server app's run files when it checkpoints with these settings.
     fn ps_checkpoints(job: &mut Self::Job) -> Option<&mut RunFiles> {
         let _ = job;
@@ -52,7 +52,7 @@ pub fn prepare_job<A: TrainApp>(
     out_flag: Option<&Path>,
     given: &BTreeSet<String>,
     workers: usize,
-) -> Result<A::Job, TrainError> {
+) -> Result<A::Job, CliError> {
     // The flags alone first: a NaN flag has no JSON form to merge.
     A::validate(flags).map_err(invalid::<A>)?;
     let mut job = resolve_job::<A::Job>(A::SECTION, file, flags, given)?;
@@ -76,11 +76,11 @@ pub fn prepare_job<A: TrainApp>(
     }
     let out = A::out(&mut job)
         .clone()
-        .ok_or(TrainError::OutDirMissing(A::SECTION))?;
+        .ok_or(CliError::OutDirMissing(A::SECTION))?;
     *A::out(&mut job) = Some(prepare_out_dir(&out)?);
     for input in A::inputs(&mut job) {
         if let Some(p) = input.as_mut() {
-            *p = std::fs::canonicalize(&*p).map_err(TrainError::io(p))?;
+            *p = std::fs::canonicalize(&*p).map_err(CliError::io(p))?;
         }
     }
     A::check_data(&job, workers)?;
@@ -88,25 +88,25 @@ pub fn prepare_job<A: TrainApp>(
 }
 
 /// App `A` refuses a setting.
-pub(super) fn invalid<A: TrainApp>(source: InvalidSetting) -> TrainError {
-    TrainError::Setting {
+pub(super) fn invalid<A: TrainApp>(source: InvalidSetting) -> CliError {
+    CliError::Setting {
         app: A::NAME,
         source,
     }
 }
 
 /// The data of app `A` does not fit it.
-fn data_error<A: TrainApp>(e: impl std::error::Error + Send + Sync + 'static) -> TrainError {
-    TrainError::Data {
+fn data_error<A: TrainApp>(e: impl std::error::Error + Send + Sync + 'static) -> CliError {
+    CliError::Data {
         app: A::NAME,
         source: Box::new(e),
     }
 }
 
 /// `workers` must not exceed `count` (`what`: users, rows, documents).
-fn fits<A: TrainApp>(workers: usize, count: usize, what: &'static str) -> Result<(), TrainError> {
+fn fits<A: TrainApp>(workers: usize, count: usize, what: &'static str) -> Result<(), CliError> {
     if workers > count {
-        return Err(TrainError::TooManyWorkers {
+        return Err(CliError::TooManyWorkers {
             app: A::NAME,
             workers,
             count,
@@ -165,7 +165,7 @@ train_app!(ps PsMf: PsMfSettings, inputs [data, test_data],
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
         ps_files(&mut job.files, writes)
     }
-    fn check_data(job: &PsMfSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &PsMfSettings, workers: usize) -> Result<(), CliError> {
         if let Some(s) = job.stragglers.straggler
             && s as usize >= workers
         {
@@ -183,7 +183,7 @@ train_app!(ps PsLr: PsLrSettings, inputs [data, test_data],
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
         ps_files(&mut job.files, writes)
     }
-    fn check_data(job: &PsLrSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &PsLrSettings, workers: usize) -> Result<(), CliError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job).map_err(data_error::<Self>)?;
         fits::<Self>(workers, data.train.len(), "training rows")
     }
@@ -193,7 +193,7 @@ train_app!(ps PsLda: PsLdaSettings, inputs [docword, vocab, test_data],
     fn ps_checkpoints(job: &mut PsLdaSettings) -> Option<&mut RunFiles> {
         ps_files(&mut job.files, job.checkpoint_every > 0)
     }
-    fn check_data(job: &PsLdaSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &PsLdaSettings, workers: usize) -> Result<(), CliError> {
         let corpus = job.load().map_err(data_error::<Self>)?;
         fits::<Self>(workers, corpus.docs.len(), "documents")
     }
@@ -201,7 +201,7 @@ train_app!(ps PsLda: PsLdaSettings, inputs [docword, vocab, test_data],
 
 train_app!(LassoApp: LassoSettings, "lasso", <LassoApp as StradsJob>::SECTION,
     validate LassoSettings::validate, out out_dir, inputs [data, test_data],
-    fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &LassoSettings, workers: usize) -> Result<(), CliError> {
         // The design as stored (a cluster's explicit centring is checked before launch).
         let (x, _) = job.load_sparse().map_err(data_error::<Self>)?;
         if job.resolved_solver() == petrel_strads::apps::lasso::LassoSolver::GaussSeidel {
@@ -215,7 +215,7 @@ train_app!(LassoApp: LassoSettings, "lasso", <LassoApp as StradsJob>::SECTION,
 
 train_app!(LogisticApp: LassoSettings, "logistic", <LogisticApp as StradsJob>::SECTION,
     validate <LogisticApp as StradsJob>::validate_config, out out_dir, inputs [data, test_data],
-    fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &LassoSettings, workers: usize) -> Result<(), CliError> {
         let (x, _) = petrel_strads::apps::logistic::load(job).map_err(data_error::<Self>)?;
         fits::<Self>(workers, x.n_rows, "rows")
     }
@@ -223,7 +223,7 @@ train_app!(LogisticApp: LassoSettings, "logistic", <LogisticApp as StradsJob>::S
 
 train_app!(MfApp: StradsMfSettings, "strads-mf", <MfApp as StradsJob>::SECTION,
     validate StradsMfSettings::validate, out out_dir, inputs [data, test_data],
-    fn check_data(job: &StradsMfSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &StradsMfSettings, workers: usize) -> Result<(), CliError> {
         // Counted in streaming passes, as the nodes do.
         let (summary, _) = job.summary_and_test().map_err(data_error::<Self>)?;
         // Block rotation gives every worker a bucket of users and a block of items.
@@ -234,7 +234,7 @@ train_app!(MfApp: StradsMfSettings, "strads-mf", <MfApp as StradsJob>::SECTION,
 
 train_app!(LdaApp: LdaSettings, "lda", <LdaApp as StradsJob>::SECTION,
     validate LdaSettings::validate, out out_dir, inputs [docword, vocab, test_data],
-    fn check_data(job: &LdaSettings, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &LdaSettings, workers: usize) -> Result<(), CliError> {
         let corpus = job.load().map_err(data_error::<Self>)?;
         // Documents are split over the workers, and so is the vocabulary (word rotation).
         fits::<Self>(workers, corpus.docs.len(), "documents")?;
@@ -287,7 +287,7 @@ pub trait StradsTrainApp:
         None
     }
     /// Refuses settings that cannot run on this transport (`None`: in this thread).
-    fn check_run(job: &Self::Job, transport: Option<JobTransport>) -> Result<(), TrainError> {
+    fn check_run(job: &Self::Job, transport: Option<JobTransport>) -> Result<(), CliError> {
         let _ = (job, transport);
         Ok(())
     }
@@ -301,7 +301,7 @@ pub trait StradsTrainApp:
         let _ = (job, attempt);
     }
     /// `--transport none`: the run in this thread (by default the serial driver).
-    fn run_in_thread(job: &Self::Job, workers: usize) -> Result<Self::Metrics, TrainError> {
+    fn run_in_thread(job: &Self::Job, workers: usize) -> Result<Self::Metrics, CliError> {
         let mut job = job.clone();
         let out = Self::out(&mut job).clone().unwrap_or_default();
         petrel_strads::kit::run_serial_and_finish::<Self>(&job, workers)?;
@@ -320,10 +320,10 @@ impl StradsTrainApp for LassoApp {
         // Several schedulers do not checkpoint ([`Self::check_run`] refuses the settings).
         (job.schedulers <= 1).then_some((&mut job.checkpoint_dir, &mut job.resume))
     }
-    fn check_run(job: &LassoSettings, transport: Option<JobTransport>) -> Result<(), TrainError> {
+    fn check_run(job: &LassoSettings, transport: Option<JobTransport>) -> Result<(), CliError> {
         let wants_checkpoints = job.checkpoint_dir.is_some() || job.resume;
         if transport.is_none() && (job.schedulers > 1 || wants_checkpoints) {
-            return Err(TrainError::Usage(
+            return Err(CliError::Usage(
                 "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply".into(),
             ));
         }
@@ -341,7 +341,7 @@ impl StradsTrainApp for LassoApp {
             job.fail_after_checkpoints = None;
         }
     }
-    fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LassoMetrics, TrainError> {
+    fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LassoMetrics, CliError> {
         Ok(petrel_strads::apps::lasso::baseline::run_baseline(job)?.metrics)
     }
     fn summary(job: &LassoSettings, m: &LassoMetrics, out: &str) -> String {
@@ -366,7 +366,7 @@ impl StradsTrainApp for LogisticApp {
     fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         <LassoApp as StradsTrainApp>::next_attempt(job, attempt);
     }
-    fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LogisticMetrics, TrainError> {
+    fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LogisticMetrics, CliError> {
         Ok(petrel_strads::apps::logistic::run_baseline(job)?)
     }
     fn summary(job: &LassoSettings, m: &LogisticMetrics, out: &str) -> String {

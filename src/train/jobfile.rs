@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::TrainError;
+use crate::CliError;
 
 /// The top-level tables a job file may hold.
 const TOP_LEVEL: [&str; 4] = ["app", "cluster", "nodes", "net"];
@@ -20,7 +20,7 @@ pub fn resolve_job<C>(
     file: Option<&Path>,
     flags: &C,
     given: &BTreeSet<String>,
-) -> Result<C, TrainError>
+) -> Result<C, CliError>
 where
     C: Serialize + DeserializeOwned,
 {
@@ -28,7 +28,7 @@ where
         .map(|f| format!(" ({})", f.display()))
         .unwrap_or_default();
     let mut job = file_and_env_section(section, file)?;
-    let flags = serde_json::to_value(flags).map_err(TrainError::Flags)?;
+    let flags = serde_json::to_value(flags).map_err(CliError::Flags)?;
     for id in given {
         // A null is a setting the flag does not fill (`--out` of the STRADS apps).
         if let Some((path, value)) = flag_value(&flags, id).filter(|(_, v)| !v.is_null()) {
@@ -36,8 +36,8 @@ where
         }
     }
     // Decoded through TOML, whose errors name the key of a value of the wrong type.
-    let table = toml::Value::try_from(Value::Object(job)).map_err(TrainError::Encode)?;
-    table.try_into().map_err(|source| TrainError::Section {
+    let table = toml::Value::try_from(Value::Object(job)).map_err(CliError::Encode)?;
+    table.try_into().map_err(|source| CliError::Section {
         section,
         origin,
         source: Box::new(source),
@@ -48,9 +48,9 @@ where
 fn file_and_env_section(
     section: &'static str,
     file: Option<&Path>,
-) -> Result<Map<String, Value>, TrainError> {
+) -> Result<Map<String, Value>, CliError> {
     let parse = |origin: String| {
-        move |source| TrainError::Parse {
+        move |source| CliError::Parse {
             origin,
             source: Box::new(source),
         }
@@ -82,12 +82,12 @@ fn file_and_env_section(
     })
 }
 
-fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<(), TrainError> {
+fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<(), CliError> {
     let Some(top) = tables.as_object() else {
         return Ok(());
     };
     if let Some(key) = top.keys().find(|k| !TOP_LEVEL.contains(&k.as_str())) {
-        return Err(TrainError::UnknownTable {
+        return Err(CliError::UnknownTable {
             file: file.to_path_buf(),
             key: key.clone(),
             section,
@@ -96,7 +96,7 @@ fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<()
     if let Some(apps) = top.get("app").and_then(Value::as_object)
         && let Some(other) = apps.keys().find(|k| k.as_str() != section)
     {
-        return Err(TrainError::OtherApp {
+        return Err(CliError::OtherApp {
             file: file.to_path_buf(),
             found: other.clone(),
             section,
@@ -151,8 +151,8 @@ fn set_path(map: &mut Map<String, Value>, path: &[String], value: Value) {
 }
 
 /// Creates `dir`, proves it writable and returns it absolute, before any node starts.
-pub fn prepare_out_dir(dir: &Path) -> Result<PathBuf, TrainError> {
-    let unusable = |source| TrainError::OutDirUnusable {
+pub fn prepare_out_dir(dir: &Path) -> Result<PathBuf, CliError> {
+    let unusable = |source| CliError::OutDirUnusable {
         path: dir.to_path_buf(),
         source,
     };

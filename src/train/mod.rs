@@ -4,7 +4,6 @@
 //! processes) or, with `--transport none`, in this thread.
 
 pub mod apps;
-mod error;
 pub mod jobfile;
 pub mod p3;
 #[cfg(feature = "plot")]
@@ -12,6 +11,7 @@ pub mod plot;
 pub mod progress;
 pub mod saved;
 
+use crate::CliError;
 use crate::launcher::{LaunchMode, NodePeak};
 use petrel_actors::{JobTransport, Settings, Topology};
 use petrel_ml::job::InvalidSetting;
@@ -22,7 +22,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub use apps::{TrainApp, prepare_job};
-pub use error::TrainError;
 
 /// How `petrel train` runs a STRADS job: no cluster, or nodes as threads or processes.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,7 +82,7 @@ impl ClusterArgs {
         &self,
         flags: &A::Job,
         given: &BTreeSet<String>,
-    ) -> Result<A::Job, TrainError> {
+    ) -> Result<A::Job, CliError> {
         let (file, out) = (self.job_file.as_deref(), self.out.as_deref());
         prepare_job::<A>(flags, file, out, given, self.workers)
     }
@@ -118,13 +117,13 @@ pub struct StradsTrainArgs<J: clap::Args> {
 }
 
 /// `path`, created, as an absolute path (child processes run elsewhere).
-fn absolute_dir(p: &Path) -> Result<PathBuf, TrainError> {
-    std::fs::create_dir_all(p).map_err(TrainError::io(p))?;
-    std::fs::canonicalize(p).map_err(TrainError::io(p))
+fn absolute_dir(p: &Path) -> Result<PathBuf, CliError> {
+    std::fs::create_dir_all(p).map_err(CliError::io(p))?;
+    std::fs::canonicalize(p).map_err(CliError::io(p))
 }
 
 /// `job` as an `[app.*]` section: its JSON form without `null`s (TOML has none).
-fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, TrainError> {
+fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, CliError> {
     fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
         match v {
             serde_json::Value::Object(map) => serde_json::Value::Object(
@@ -136,7 +135,7 @@ fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, Trai
             other => other,
         }
     }
-    let json = serde_json::to_value(job).map_err(TrainError::json(Path::new("")))?;
+    let json = serde_json::to_value(job).map_err(CliError::json(Path::new("")))?;
     Ok(strip_nulls(json))
 }
 
@@ -148,13 +147,13 @@ pub fn star_settings_with<J>(
     workers: usize,
     transport: JobTransport,
     timeout_s: u64,
-) -> Result<Settings, TrainError>
+) -> Result<Settings, CliError>
 where
     J: StradsJob,
     J::Config: serde::Serialize,
 {
     if workers == 0 {
-        return Err(TrainError::NoWorkers);
+        return Err(CliError::NoWorkers);
     }
     let mut topo = Topology::builder(&format!("strads-{}", J::SECTION))
         .transport(transport.cluster_transport());
@@ -238,7 +237,7 @@ pub fn run_cluster(
     settings: Settings,
     transport: JobTransport,
     run_dir: &Path,
-) -> Result<(), TrainError> {
+) -> Result<(), CliError> {
     let cluster = crate::roles::builtin(settings);
     if transport != JobTransport::Processes {
         return Ok(cluster.run_in_process()?);
@@ -248,8 +247,8 @@ pub fn run_cluster(
     let launched = crate::launcher::launch_with(&cluster, LaunchMode::Processes, opts)?;
     let peaks = launched.report.map(|r| r.peaks).unwrap_or_default();
     let path = run_dir.join(NODE_MEMORY_FILE);
-    let json = serde_json::to_vec_pretty(&peaks).map_err(TrainError::json(&path))?;
-    std::fs::write(&path, json).map_err(TrainError::io(&path))
+    let json = serde_json::to_vec_pretty(&peaks).map_err(CliError::json(&path))?;
+    std::fs::write(&path, json).map_err(CliError::io(&path))
 }
 
 /// A Lasso job's scheduler nodes: `scheduler` (all when `colocate`), `scheduler-<s>`.
@@ -270,7 +269,7 @@ pub fn lasso_settings(
     workers: usize,
     transport: JobTransport,
     colocate: bool,
-) -> Result<Settings, TrainError> {
+) -> Result<Settings, CliError> {
     star_settings_with::<LassoApp>(
         job,
         &lasso_scheduler_nodes(job.schedulers, colocate),
@@ -286,11 +285,11 @@ fn run_star_job<A: apps::StradsTrainApp>(
     scheduler_nodes: &[(String, Vec<String>)],
     workers: usize,
     transport: JobTransport,
-) -> Result<A::Metrics, TrainError>
+) -> Result<A::Metrics, CliError>
 where
     A::Job: serde::Serialize,
 {
-    let out = A::out(&mut job).clone().ok_or(TrainError::NoOutputDir)?;
+    let out = A::out(&mut job).clone().ok_or(CliError::NoOutputDir)?;
     let timeout_s = A::timeout_s(&job);
     let settings = star_settings_with::<A>(&job, scheduler_nodes, workers, transport, timeout_s)?;
     run_cluster(settings, transport, &out.join("run"))?;
@@ -303,7 +302,7 @@ pub fn run_lasso_job(
     workers: usize,
     transport: JobTransport,
     colocate: bool,
-) -> Result<LassoMetrics, TrainError> {
+) -> Result<LassoMetrics, CliError> {
     let nodes = lasso_scheduler_nodes(job.schedulers, colocate);
     run_star_job::<LassoApp>(job.clone(), &nodes, workers, transport)
 }
@@ -313,7 +312,7 @@ pub fn run_job<A: apps::StradsTrainApp>(
     job: &A::Config,
     workers: usize,
     transport: JobTransport,
-) -> Result<A::Metrics, TrainError>
+) -> Result<A::Metrics, CliError>
 where
     A::Config: serde::Serialize,
 {
@@ -326,7 +325,7 @@ where
 }
 
 /// Why a finished run stopped, from its `metrics.json`, and its held-out figures.
-pub fn stop_line(out: Option<&Path>) -> Result<String, TrainError> {
+pub fn stop_line(out: Option<&Path>) -> Result<String, CliError> {
     let Some(dir) = out else {
         return Ok(String::new());
     };
@@ -356,16 +355,16 @@ pub fn stop_line(out: Option<&Path>) -> Result<String, TrainError> {
 }
 
 /// Reads a JSON file (the metrics a job wrote).
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TrainError> {
-    let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
-    serde_json::from_slice(&bytes).map_err(TrainError::json(path))
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, CliError> {
+    let bytes = std::fs::read(path).map_err(CliError::io(path))?;
+    serde_json::from_slice(&bytes).map_err(CliError::json(path))
 }
 
 /// The settings of `petrel train lasso|logistic` ([`prepare_job`]), with `--no-filter`.
 fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
     args: &LassoTrainArgs,
     given: &BTreeSet<String>,
-) -> Result<LassoSettings, TrainError> {
+) -> Result<LassoSettings, CliError> {
     let mut job = args.cluster.prepare::<A>(&args.job, given)?;
     if let Some(dir) = &job.checkpoint_dir {
         job.checkpoint_dir = Some(absolute_dir(dir)?);
@@ -379,15 +378,15 @@ fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
 }
 
 /// `job` as a job file: `[app.<section>]` with every value.
-pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
-    let value = toml::Value::try_from(section_value(job)?).map_err(TrainError::Encode)?;
+pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, CliError> {
+    let value = toml::Value::try_from(section_value(job)?).map_err(CliError::Encode)?;
     let app = toml::Table::from_iter([(section.to_string(), value)]);
     let top = toml::Table::from_iter([("app".to_string(), toml::Value::Table(app))]);
-    toml::to_string(&top).map_err(TrainError::Encode)
+    toml::to_string(&top).map_err(CliError::Encode)
 }
 
 /// With `--print-job`, prints the job and says so (the caller then stops).
-fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<bool, TrainError> {
+fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<bool, CliError> {
     if print {
         print!("{}", job_toml(section, job)?);
     }
@@ -398,7 +397,7 @@ fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<b
 pub fn train_lasso<A: apps::StradsTrainApp<Job = LassoSettings>>(
     args: LassoTrainArgs,
     given: &BTreeSet<String>,
-) -> Result<(), TrainError> {
+) -> Result<(), CliError> {
     if args.colocate_schedulers && A::NAME != <LassoApp as TrainApp>::NAME {
         let why = "applies to lasso only";
         return Err(apps::invalid::<A>(InvalidSetting::new(
@@ -427,7 +426,7 @@ pub const SMALL_PROBLEM_NONZEROS: u64 = 10_000_000;
 
 /// The design's non-zeros when a one-scheduler Gauss-Seidel job without checkpoints of at most
 /// [`SMALL_PROBLEM_NONZEROS`] asked for no transport, workers or dashboard; `None` runs a cluster.
-fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option<u64>, TrainError> {
+fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option<u64>, CliError> {
     use petrel_strads::apps::lasso::LassoSolver;
     let insisted = ["transport", "workers", "dashboard"]
         .iter()
@@ -454,13 +453,13 @@ fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option
 }
 
 /// The `index:value` pairs of a LIBSVM file, counted up to just past `limit`.
-fn libsvm_nonzeros(path: &Path, limit: u64) -> Result<u64, TrainError> {
+fn libsvm_nonzeros(path: &Path, limit: u64) -> Result<u64, CliError> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).map_err(TrainError::io(path))?;
+    let mut file = std::fs::File::open(path).map_err(CliError::io(path))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut pairs = 0u64;
     while pairs <= limit {
-        let n = file.read(&mut buf).map_err(TrainError::io(path))?;
+        let n = file.read(&mut buf).map_err(CliError::io(path))?;
         if n == 0 {
             break;
         }
@@ -474,11 +473,11 @@ fn default_checkpoint_dir(
     dir: &mut Option<PathBuf>,
     resume: bool,
     out: &Path,
-) -> Result<Option<PathBuf>, TrainError> {
+) -> Result<Option<PathBuf>, CliError> {
     if dir.is_none() {
         let default = absolute_dir(out)?.join("checkpoints");
         if !resume && default.exists() {
-            std::fs::remove_dir_all(&default).map_err(TrainError::io(&default))?;
+            std::fs::remove_dir_all(&default).map_err(CliError::io(&default))?;
         }
         *dir = Some(default);
     }
@@ -489,7 +488,7 @@ fn default_checkpoint_dir(
 pub fn train_strads<A: apps::StradsTrainApp>(
     args: StradsTrainArgs<A::Job>,
     given: &BTreeSet<String>,
-) -> Result<(), TrainError> {
+) -> Result<(), CliError> {
     let job = args.cluster.prepare::<A>(&args.job, given)?;
     train_prepared::<A>(job, &args.cluster, false)
 }
@@ -500,7 +499,7 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
     mut job: A::Job,
     c: &ClusterArgs,
     colocate: bool,
-) -> Result<(), TrainError> {
+) -> Result<(), CliError> {
     if printed(c.print_job, <A as TrainApp>::SECTION, &job)? {
         return Ok(());
     }
@@ -526,15 +525,15 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
             crate::recovery::restart_job(
                 A::NAME,
                 c.max_restarts,
-                TrainError::is_node_death,
+                CliError::is_node_death,
                 || {
                     let scheme = petrel_strads::core::checkpoint::SCHEME;
                     crate::recovery::round_resume_point(checkpoints.as_deref()?, scheme)
                 },
-                |restarts, source| TrainError::Restarts {
-                restarts,
-                source: Box::new(source),
-            },
+                |restarts, source| CliError::Restarts {
+                    restarts,
+                    source: Box::new(source),
+                },
                 |resume, attempt| {
                     let mut job = job.clone();
                     if let Some((_, resumes)) = A::checkpoints(&mut job) {
@@ -558,7 +557,7 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
 pub fn train_ps<A>(
     mut args: petrel_ps::PsTrainArgs<A::Config>,
     given: &BTreeSet<String>,
-) -> Result<(), TrainError>
+) -> Result<(), CliError>
 where
     A: PsApp + TrainApp<Job = <A as PsApp>::Config>,
     <A as PsApp>::Config: serde::Serialize,
@@ -599,7 +598,7 @@ where
     let summary = crate::recovery::restart_job(
         name,
         args.max_restarts,
-        TrainError::is_node_death,
+        CliError::is_node_death,
         || {
             let set = petrel_ps::checkpoint::job_set(checkpoints.as_deref()?);
             let (shards, workers) = (args.shards, args.workers);
@@ -607,10 +606,10 @@ where
                 petrel_ps::checkpoint::fits_layout(ck, name, shards, workers)
             })
         },
-        |restarts, source| TrainError::Restarts {
-                restarts,
-                source: Box::new(source),
-            },
+        |restarts, source| CliError::Restarts {
+            restarts,
+            source: Box::new(source),
+        },
         |resume, _| {
             let mut args = args.clone();
             if let Some(files) = <A as TrainApp>::ps_checkpoints(&mut args.config) {
@@ -631,7 +630,7 @@ where
 fn run_ps_processes<A>(
     args: &petrel_ps::PsTrainArgs<<A as PsApp>::Config>,
     out: &Path,
-) -> Result<String, TrainError>
+) -> Result<String, CliError>
 where
     A: PsApp,
     <A as PsApp>::Config: serde::Serialize,

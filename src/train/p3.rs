@@ -3,8 +3,8 @@
 
 pub mod processes;
 
+use crate::CliError;
 use crate::report::{Table, fmt, print_json};
-use crate::train::TrainError;
 use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::Mode;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
@@ -93,11 +93,11 @@ pub fn run_processes(
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
-) -> Result<Vec<WorkerReportFile>, TrainError> {
+) -> Result<Vec<WorkerReportFile>, CliError> {
     let hosts = crate::launcher::default_netns()
         .map(|prefix| crate::netns::Hosts::existing(&prefix, cfg.workers + cfg.shards))
         .transpose()
-        .map_err(TrainError::NetnsUnavailable)?;
+        .map_err(CliError::NetnsUnavailable)?;
     let (reports, _cpu) = run_job(hosts.as_ref(), cfg, net, dir, limit)?;
     Ok(reports)
 }
@@ -136,17 +136,15 @@ pub struct P3TrainArgs {
 }
 
 /// A job's run directory: the one given, made absolute, else a temporary one (the guard).
-pub fn job_run_dir(
-    given: Option<&Path>,
-) -> Result<(PathBuf, Option<tempfile::TempDir>), TrainError> {
+pub fn job_run_dir(given: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>), CliError> {
     match given {
-        Some(dir) => Ok((std::path::absolute(dir).map_err(TrainError::io(dir))?, None)),
+        Some(dir) => Ok((std::path::absolute(dir).map_err(CliError::io(dir))?, None)),
         None => {
             let temp = tempfile::Builder::new()
                 .prefix("petrel-run-p3-")
                 .tempdir()
-                .map_err(TrainError::io(&std::env::temp_dir()))?;
-            crate::leftovers::mark_run_dir(temp.path()).map_err(TrainError::io(temp.path()))?;
+                .map_err(CliError::io(&std::env::temp_dir()))?;
+            crate::leftovers::mark_run_dir(temp.path()).map_err(CliError::io(temp.path()))?;
             Ok((temp.path().to_path_buf(), Some(temp)))
         }
     }
@@ -160,13 +158,13 @@ fn default_checkpoint_dir(out: &Path) -> PathBuf {
 }
 
 /// `petrel train p3`: trains, prints per-epoch and test figures, and saves the model.
-pub fn train(args: P3TrainArgs) -> Result<(), TrainError> {
+pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     check_out(&args.out)?;
     // The flags' ranges first (the iteration count is unknown until the data is read).
     args.job
         .node_config(&args.net, args.mode, 1, Path::new(""))
         .validate()
-        .map_err(TrainError::P3Setting)?;
+        .map_err(CliError::P3Setting)?;
     let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     let probe = P3Settings {
         net: args.net.clone(),
@@ -212,12 +210,12 @@ pub fn train(args: P3TrainArgs) -> Result<(), TrainError> {
     let reports = crate::recovery::restart_job(
         "p3",
         args.max_restarts,
-        TrainError::is_node_death,
+        CliError::is_node_death,
         || crate::recovery::round_resume_point(&ckpt_dir, petrel_p3::checkpoint::SCHEME),
-        |restarts, source| TrainError::Restarts {
-                restarts,
-                source: Box::new(source),
-            },
+        |restarts, source| CliError::Restarts {
+            restarts,
+            source: Box::new(source),
+        },
         |resume, _| {
             let cfg = P3Settings {
                 resume: resume || args.resume,
@@ -227,7 +225,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), TrainError> {
         },
     )?;
     let wall = t0.elapsed().as_secs_f64();
-    let r0 = reports.first().ok_or(TrainError::NoMeasuredIterations)?;
+    let r0 = reports.first().ok_or(CliError::NoMeasuredIterations)?;
     let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);
     for (e, chunk) in r0.stats.chunks(per_epoch as usize).enumerate() {
         let s: Vec<_> = chunk.iter().flatten().collect();
@@ -259,17 +257,17 @@ pub fn train(args: P3TrainArgs) -> Result<(), TrainError> {
         "test_accuracy": test.map(|t| t.accuracy),
         "model": out,
     }))
-    .map_err(TrainError::JsonOutput)?;
+    .map_err(CliError::JsonOutput)?;
     Ok(())
 }
 
 /// Refuses an `--out` named `.json`: tools pick a reader by the extension.
-fn check_out(out: &Path) -> Result<(), TrainError> {
+fn check_out(out: &Path) -> Result<(), CliError> {
     let json = out
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if json {
-        return Err(TrainError::Args(format!(
+        return Err(CliError::Args(format!(
             "--out {}: train p3 writes safetensors; name the file .safetensors (models saved \
              as JSON by earlier versions still load in `petrel eval p3` and `petrel predict p3`)",
             out.display()
@@ -279,7 +277,7 @@ fn check_out(out: &Path) -> Result<(), TrainError> {
 }
 
 /// Copies the staged model to `out` atomically (maybe across file systems).
-fn publish_model(staged: &Path, out: &Path) -> Result<(), TrainError> {
-    let bytes = std::fs::read(staged).map_err(TrainError::io(staged))?;
-    petrel_ml::job::write_atomic(out, &bytes).map_err(TrainError::io(out))
+fn publish_model(staged: &Path, out: &Path) -> Result<(), CliError> {
+    let bytes = std::fs::read(staged).map_err(CliError::io(staged))?;
+    petrel_ml::job::write_atomic(out, &bytes).map_err(CliError::io(out))
 }

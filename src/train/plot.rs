@@ -1,6 +1,6 @@
 //! SVG line plots (plotters) for the STRADS benchmarks.
 
-use crate::train::TrainError;
+use crate::CliError;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -13,8 +13,8 @@ pub struct Series {
 }
 
 /// `path` made absolute (the benchmarks' output directories).
-pub fn absolute(path: &Path) -> Result<PathBuf, TrainError> {
-    std::path::absolute(path).map_err(TrainError::io(path))
+pub fn absolute(path: &Path) -> Result<PathBuf, CliError> {
+    std::path::absolute(path).map_err(CliError::io(path))
 }
 
 /// Writes an SVG with one line per series (`log_y`: a log y axis, dropping y <= 0).
@@ -25,9 +25,9 @@ pub fn line_plot(
     y_label: &str,
     series: &[Series],
     log_y: bool,
-) -> Result<(), TrainError> {
+) -> Result<(), CliError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
+        std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
     }
     let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y > 0.0);
     let all: Vec<(f64, f64)> = series
@@ -35,7 +35,7 @@ pub fn line_plot(
         .flat_map(|s| s.points.iter().copied().filter(keep))
         .collect();
     if all.is_empty() {
-        return Err(TrainError::Plot {
+        return Err(CliError::Plot {
             path: path.to_path_buf(),
             reason: "nothing to plot".into(),
         });
@@ -47,7 +47,7 @@ pub fn line_plot(
         .iter()
         .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
     let x_range = x_min..(x_max + (x_max - x_min).abs() * 0.02 + 1e-12);
-    let err = |e: &dyn std::fmt::Display| TrainError::Plot {
+    let err = |e: &dyn std::fmt::Display| CliError::Plot {
         path: path.to_path_buf(),
         reason: e.to_string(),
     };

@@ -387,7 +387,7 @@ const PLOTTED: [&str; 6] = [
 pub fn plot_history(
     out: &std::path::Path,
     svg: &std::path::Path,
-) -> Result<Vec<String>, super::TrainError> {
+) -> Result<Vec<String>, crate::CliError> {
     let m: petrel_ml::job::RunMetrics = super::read_json(&out.join("metrics.json"))?;
     let series: Vec<crate::train::plot::Series> = PLOTTED
         .iter()
@@ -404,7 +404,7 @@ pub fn plot_history(
         })
         .collect();
     if series.is_empty() {
-        return Err(super::TrainError::Usage(
+        return Err(crate::CliError::Usage(
             "--plot: the run's history has no figure to draw".into(),
         ));
     }

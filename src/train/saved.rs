@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::TrainError;
+use crate::CliError;
 use petrel_ml::MlError;
 use petrel_ml::data::{load_bow, load_labelled_ratings, load_libsvm};
 use petrel_ml::model::{
@@ -100,7 +100,7 @@ pub struct PredictArgs {
 }
 
 /// Loads the model and checks its parameters are of the app's kind.
-fn load_model(args: &ModelArgs) -> Result<SavedModel, TrainError> {
+fn load_model(args: &ModelArgs) -> Result<SavedModel, CliError> {
     let model = match args.app {
         // Safetensors, or the JSON of earlier versions.
         ModelApp::P3 => petrel_p3::model_file::read(&args.model)?,
@@ -140,7 +140,7 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, TrainError> {
 }
 
 /// Test loss and accuracy of a P3 network on `data`.
-fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, TrainError> {
+fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, CliError> {
     let examples = network_data(m, data)?;
     let s = petrel_p3::roles::evaluate_network(m, &examples)?;
     Ok(vec![
@@ -151,10 +151,7 @@ fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, TrainError
 }
 
 /// The examples of `data` for a P3 model (a plain path is a CIFAR-10 binary file).
-fn network_data(
-    m: &NetworkModel,
-    data: &Path,
-) -> Result<petrel_ml::dnn::data::Dataset, TrainError> {
+fn network_data(m: &NetworkModel, data: &Path) -> Result<petrel_ml::dnn::data::Dataset, CliError> {
     let text = data.to_string_lossy();
     let spec = if text.starts_with("cifar:") || text.starts_with("idx:") {
         text.into_owned()
@@ -164,7 +161,7 @@ fn network_data(
     let spec = petrel_p3::roles::DataSpec::parse("--data", &spec)?;
     let (examples, _) = petrel_p3::roles::load_data(&spec, None, 0)?;
     if examples.x.shape()[1..] != m.input[..] {
-        return Err(TrainError::Usage(format!(
+        return Err(CliError::Usage(format!(
             "{}: examples of shape {:?}, the model takes {:?}",
             data.display(),
             &examples.x.shape()[1..],
@@ -175,7 +172,7 @@ fn network_data(
 }
 
 /// `petrel eval`: prints the figures (a line, then a JSON line), and writes `--out`.
-pub fn eval_command(args: EvalArgs) -> Result<(), TrainError> {
+pub fn eval_command(args: EvalArgs) -> Result<(), CliError> {
     let model = load_model(&args.model)?;
     let mut unseen = Unseen::default();
     let figures = match &model.params {
@@ -208,9 +205,9 @@ pub fn eval_command(args: EvalArgs) -> Result<(), TrainError> {
     to_stdout(format!("{line}{json}\n").as_bytes())?;
     if let Some(path) = &args.out {
         let mut bytes = serde_json::to_vec_pretty(&json)
-            .map_err(|e| TrainError::Usage(format!("encoding the figures: {e}")))?;
+            .map_err(|e| CliError::Usage(format!("encoding the figures: {e}")))?;
         bytes.push(b'\n');
-        petrel_ml::job::write_atomic(path, &bytes).map_err(TrainError::io(path))?;
+        petrel_ml::job::write_atomic(path, &bytes).map_err(CliError::io(path))?;
     }
     Ok(())
 }
@@ -230,18 +227,18 @@ pub fn short_figure(v: f64) -> String {
 }
 
 /// `petrel predict`: the predictions as TSV with a header.
-pub fn predict_command(args: PredictArgs) -> Result<(), TrainError> {
+pub fn predict_command(args: PredictArgs) -> Result<(), CliError> {
     let model = load_model(&args.model)?;
     let need_data = || {
         args.data.clone().ok_or_else(|| {
-            TrainError::Usage(format!(
+            CliError::Usage(format!(
                 "petrel predict {} needs --data FILE",
                 args.model.app.name()
             ))
         })
     };
     if args.recommend.is_some() && !matches!(model.params, ModelParams::Factors(_)) {
-        return Err(TrainError::Usage(
+        return Err(CliError::Usage(
             "--recommend applies to strads-mf and ps-mf models".into(),
         ));
     }
@@ -355,7 +352,7 @@ pub fn predict_command(args: PredictArgs) -> Result<(), TrainError> {
     }
     match &args.out {
         Some(path) => {
-            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(TrainError::io(path))?;
+            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(CliError::io(path))?;
             println!("wrote {}", path.display());
         }
         None => to_stdout(out.as_bytes())?,
@@ -381,10 +378,10 @@ fn tsv_line(out: &mut String, first: impl std::fmt::Display, more: impl Iterator
 }
 
 /// Writes to standard output; a reader that stopped early (`| head`) is not an error.
-fn to_stdout(bytes: &[u8]) -> Result<(), TrainError> {
+fn to_stdout(bytes: &[u8]) -> Result<(), CliError> {
     match std::io::stdout().lock().write_all(bytes) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(TrainError::io(Path::new("-"))(e))
+            Err(CliError::io(Path::new("-"))(e))
         }
         _ => Ok(()),
     }

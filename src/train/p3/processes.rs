@@ -1,8 +1,8 @@
 //! One P3 job as `petrel node` processes on 127.0.0.1 or network namespaces.
 
+use crate::CliError;
 use crate::launcher::{self, LaunchMode, LaunchOptions};
 use crate::netns::Hosts;
-use crate::train::TrainError;
 use petrel_actors::Topology;
 use petrel_net::NetConfig;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
@@ -50,9 +50,9 @@ pub fn run_job(
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
-) -> Result<(Vec<WorkerReportFile>, f64), TrainError> {
+) -> Result<(Vec<WorkerReportFile>, f64), CliError> {
     // Before the settings are written for the nodes: a NaN would not survive TOML.
-    cfg.validate().map_err(TrainError::P3Setting)?;
+    cfg.validate().map_err(CliError::P3Setting)?;
     let mut topo = Topology::builder("p3");
     for (name, role) in node_names(cfg) {
         topo = topo.node(&name, &[role]);
@@ -61,7 +61,7 @@ pub fn run_job(
         shaper: net.shaper.clone().filter(|_| hosts.is_none()),
         ..net.clone()
     };
-    let app = serde_json::to_value(cfg).map_err(TrainError::JsonOutput)?;
+    let app = serde_json::to_value(cfg).map_err(CliError::JsonOutput)?;
     let settings = topo
         .with(|s| {
             s.net = net;
