@@ -46,22 +46,11 @@ fn owner_is_gone(dir: &Path) -> bool {
 pub fn remove_dead_run_dirs(tmp: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let me = petrel_net::private_files::current_uid();
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return Vec::new();
-    };
-    let mut removed = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let ours = entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(RUN_DIR_PREFIX)
-            && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
-        if ours && owner_is_gone(&path) && std::fs::remove_dir_all(&path).is_ok() {
-            removed.push(path);
-        }
-    }
-    removed
+    petrel_net::private_files::remove_leftovers(tmp, RUN_DIR_PREFIX, |path| {
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() && m.uid() == me)
+            && owner_is_gone(path)
+            && std::fs::remove_dir_all(path).is_ok()
+    })
 }
 
 /// Removes (and logs) what dead predecessors left: run directories and slot files.

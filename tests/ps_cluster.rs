@@ -10,7 +10,7 @@ use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel::ps::{PsMf, PsMfResult, PsMfSettings};
 use std::sync::{Arc, Mutex};
 
-use crate::common::query_after_serving;
+use crate::common::{query_after_serving, start_ps_worker};
 use std::time::Duration;
 
 const T: TableId = TableId(0);
@@ -93,12 +93,7 @@ fn run_from(
             let (lay, tables, program) = (l2.clone(), t2.clone(), program.clone());
             let clock = resume2.as_ref().map_or(0, |r| r.1);
             Box::pin(async move {
-                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let w = lay.workers_on(&ctx.spec.name)[0];
-                let c = PsClient::start_at(&ctx.node, &lay, w, tables, clock)
-                    .map_err(|e| e.to_string())?;
+                let (_, c) = start_ps_worker(&ctx, &lay, tables, clock).await?;
                 NODE.with(|n| *n.borrow_mut() = Some(ctx.node.clone()));
                 program(c).await
             })
@@ -490,11 +485,7 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
         .role("worker", move |ctx: NodeContext| {
             let (lay, tables) = (l2.clone(), t2.clone());
             Box::pin(async move {
-                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let w = lay.workers_on(&ctx.spec.name)[0];
-                let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
+                let (_, c) = start_ps_worker(&ctx, &lay, tables, 0).await?;
                 loop {
                     for r in 0..ROWS {
                         c.get(T, RowId(r)).await.map_err(|e| e.to_string())?;

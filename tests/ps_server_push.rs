@@ -6,11 +6,11 @@ use petrel::ps::PsShardCore;
 use petrel::ps::core::managed::SendPolicy;
 use petrel::ps::core::server_push::{ServerPushConfig, ServerPushStats};
 use petrel::ps::core::types::{Consistency, Row, RowId, TableId};
-use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, ShardState, TablesBuilder};
+use petrel::ps::shells::{self, PsLayout, ShardQuery, ShardState, TablesBuilder};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::common::query_after_serving;
+use crate::common::{query_after_serving, start_ps_worker};
 use std::time::Duration;
 
 const T: TableId = TableId(0);
@@ -81,11 +81,7 @@ fn server_push_reaches_another_workers_cache_before_its_next_miss_within_the_bud
         .role("worker", move |ctx: NodeContext| {
             let (lay, tables) = (l2.clone(), t2.clone());
             Box::pin(async move {
-                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let w = lay.workers_on(&ctx.spec.name)[0];
-                let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
+                let (w, c) = start_ps_worker(&ctx, &lay, tables, 0).await?;
                 let rows: Vec<RowId> = (0..ROWS).map(RowId).collect();
                 if w == 0 {
                     wait_for(&CACHED, "worker 1's cache").await?;

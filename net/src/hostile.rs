@@ -145,6 +145,31 @@ fn frame_head(
     Ok(bytes)
 }
 
+/// Opens a stream as node `from` and writes frame `seq`'s head, padded with body bytes to
+/// `len(head length)` bytes.
+async fn start_frame(
+    conn: &quinn::Connection,
+    from: u32,
+    frames: &StalledFrames,
+    epoch: u64,
+    seq: u64,
+    len: impl FnOnce(usize) -> usize,
+) -> Result<quinn::SendStream, NetError> {
+    let mut stream = conn
+        .open_uni()
+        .await
+        .map_err(|e| send_failed(LinkError::Connection(e)))?;
+    let _ = stream.set_priority(frames.priority.0);
+    let mut bytes = frame_head(from, frames, epoch, seq)?;
+    bytes.resize(len(bytes.len()), 7);
+    write(&mut stream, &bytes).await?;
+    Ok(stream)
+}
+
+async fn write(stream: &mut quinn::SendStream, bytes: &[u8]) -> Result<(), NetError> {
+    (stream.write_all(bytes).await).map_err(|e| send_failed(LinkError::Write(e)))
+}
+
 fn send_failed(source: impl std::error::Error + Send + Sync + 'static) -> NetError {
     NetError::Send {
         peer: NodeId(u32::MAX),
@@ -163,17 +188,8 @@ pub async fn open_stalled_frames(
     let epoch = crate::net::epoch_now();
     let mut hoarding = Vec::new();
     for seq in 0..frames.streams {
-        let mut stream = conn
-            .open_uni()
-            .await
-            .map_err(|e| send_failed(LinkError::Connection(e)))?;
-        let _ = stream.set_priority(frames.priority.0);
-        let mut bytes = frame_head(from, &frames, epoch, seq)?;
-        bytes.resize(bytes.len() + frames.sent_bytes, 7);
-        stream
-            .write_all(&bytes)
-            .await
-            .map_err(|e| send_failed(LinkError::Write(e)))?;
+        let started = |head| head + frames.sent_bytes;
+        let stream = start_frame(conn, from, &frames, epoch, seq, started).await?;
         hoarding.push(stream); // never finished: the frame stalls
     }
     Ok(hoarding)
@@ -183,10 +199,7 @@ pub async fn open_stalled_frames(
 pub async fn trickle(streams: &mut [quinn::SendStream], bytes: usize) -> Result<(), NetError> {
     let drip = vec![7u8; bytes];
     for stream in streams {
-        stream
-            .write_all(&drip)
-            .await
-            .map_err(|e| send_failed(LinkError::Write(e)))?;
+        write(stream, &drip).await?;
     }
     Ok(())
 }
@@ -222,19 +235,10 @@ pub async fn flood_frames(
 ) -> Result<(), NetError> {
     // A fresh lane epoch: two attacks' frames never look like duplicates.
     let epoch = crate::net::epoch_now();
+    let total = crate::sequencer::LANE_HEADER_LEN + frames.frame_bytes as usize;
     for seq in 0..count {
-        let mut stream = conn
-            .open_uni()
-            .await
-            .map_err(|e| send_failed(LinkError::Connection(e)))?;
-        let _ = stream.set_priority(frames.priority.0);
-        let mut bytes = frame_head(from, &frames, epoch, seq)?;
-        let total = crate::sequencer::LANE_HEADER_LEN + frames.frame_bytes as usize;
-        bytes.resize(total.max(bytes.len()), 7);
-        stream
-            .write_all(&bytes)
-            .await
-            .map_err(|e| send_failed(LinkError::Write(e)))?;
+        let whole = |head: usize| total.max(head);
+        let mut stream = start_frame(conn, from, &frames, epoch, seq, whole).await?;
         stream
             .finish()
             .map_err(|e| send_failed(LinkError::Closed(e)))?;

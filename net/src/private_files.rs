@@ -6,11 +6,12 @@
 //! - Public files beside them are not written through a symlink ([`write_public`]).
 //! - A private directory ([`create_private_dir`]) is 0700; an existing one must be a real
 //!   directory owned by this user, else another user could read or swap it.
+//! - Leftovers of dead processes are swept by name prefix ([`remove_leftovers`]).
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes a new secret file: refuses an existing file or symlink at `path`.
 pub fn write_secret(path: &Path, data: &[u8]) -> io::Result<()> {
@@ -80,6 +81,27 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
 pub fn current_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// Offers each entry of `dir` whose name starts with `prefix` to `remove`, which deletes it
+/// if it is a leftover and says whether it did; returns the paths it deleted (none when `dir`
+/// cannot be read).
+pub fn remove_leftovers(
+    dir: &Path,
+    prefix: &str,
+    mut remove: impl FnMut(&Path) -> bool,
+) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with(prefix) && remove(&path) {
+            removed.push(path);
+        }
+    }
+    removed
 }
 
 #[cfg(test)]

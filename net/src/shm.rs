@@ -310,29 +310,13 @@ fn lock_exclusive(file: &File) -> std::io::Result<()> {
 
 /// Deletes the slot files in `dir` no live sender holds locked; returns their paths.
 pub fn remove_stale_slots(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut removed = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let ours = entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with("petrel-shm-");
+    crate::private_files::remove_leftovers(dir, "petrel-shm-", |path| {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(&path);
-        if ours
-            && let Ok(file) = file
-            && lock_exclusive(&file).is_ok()
-            && std::fs::remove_file(&path).is_ok()
-        {
-            removed.push(path);
-        }
-    }
-    removed
+            .open(path);
+        file.is_ok_and(|file| lock_exclusive(&file).is_ok() && std::fs::remove_file(path).is_ok())
+    })
 }
 
 fn grow_slot(slot: &mut SenderSlot, cap: usize) -> std::io::Result<()> {

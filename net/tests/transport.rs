@@ -98,6 +98,20 @@ async fn assert_quiet(rx: &mut mpsc::Receiver<Inbound>, what: &str) {
     assert!(next.is_err(), "{what}");
 }
 
+/// Settings with these message, inbound-budget and stall limits (the rest default).
+fn budget_cfg(
+    max_message_bytes: usize,
+    inbound_buffer_bytes: usize,
+    frame_timeout_ms: u64,
+) -> NetConfig {
+    NetConfig {
+        max_message_bytes,
+        inbound_buffer_bytes,
+        frame_timeout_ms,
+        ..NetConfig::default()
+    }
+}
+
 /// Node `a` (id 1) expecting `rogue` (id `rogue`) and `good` (id 3) from 127.0.0.1, and a
 /// raw QUIC connection to it holding rogue's certificate.
 struct Rogue {
@@ -372,12 +386,7 @@ async fn high_priority_overtakes_backlog_on_shaped_link() {
 /// served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_partial_frames_release_the_inbound_budget() {
-    let cfg = NetConfig {
-        max_message_bytes: 1 << 20,
-        inbound_buffer_bytes: 2 << 20,
-        frame_timeout_ms: 500,
-        ..NetConfig::default()
-    };
+    let cfg = budget_cfg(1 << 20, 2 << 20, 500);
     let mut r = Rogue::connect(&cfg, 5).await;
     let mut stalled = Vec::new();
     for seq in 0..8u64 {
@@ -501,12 +510,7 @@ async fn rogue_connection(
 /// per-peer shares, `recv` below times out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
-    let cfg = NetConfig {
-        max_message_bytes: 64 << 20,
-        inbound_buffer_bytes: 256 << 20,
-        frame_timeout_ms: 60_000,
-        ..NetConfig::default()
-    };
+    let cfg = budget_cfg(64 << 20, 256 << 20, 60_000);
     let mut r = Rogue::connect(&cfg, 2).await;
     let hoarding = open_stalled_60_mib_frames(&r.conn).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -535,12 +539,7 @@ async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
 /// counted in `disconnected_peers`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_keeps_stalling_frames_is_disconnected() {
-    let cfg = NetConfig {
-        max_message_bytes: 64 << 20,
-        inbound_buffer_bytes: 256 << 20,
-        frame_timeout_ms: 300,
-        ..NetConfig::default()
-    };
+    let cfg = budget_cfg(64 << 20, 256 << 20, 300);
     let r = Rogue::connect(&cfg, 2).await;
     let hoarding = open_stalled_60_mib_frames(&r.conn).await;
     let closed = tokio::time::timeout(Duration::from_secs(30), r.conn.closed())
@@ -569,12 +568,7 @@ async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
     use petrel_net::hostile::{
         Refusal, StalledFrames, connect_as_member, open_stalled_frames, refusal,
     };
-    let cfg = NetConfig {
-        max_message_bytes: 64 << 20,
-        inbound_buffer_bytes: 256 << 20,
-        frame_timeout_ms: 60_000,
-        ..NetConfig::default()
-    };
+    let cfg = budget_cfg(64 << 20, 256 << 20, 60_000);
     let creds = ClusterCredentials::generate_cluster(&["victim", "w0"]).unwrap();
     let (victim, mut victim_rx) = quic_node(0, &creds[0], &cfg, &[]);
     let victim_addr = victim.local_addr().unwrap();

@@ -395,6 +395,23 @@ pub async fn query_after_serving(
     .map_err(|e| e.0)
 }
 
+/// Waits up to 10 s for `lay`'s shards, then starts the client of the worker on `ctx`'s node,
+/// at `clock`; returns the worker's id and its client.
+pub async fn start_ps_worker(
+    ctx: &petrel::actors::NodeContext,
+    lay: &petrel::ps::shells::PsLayout,
+    tables: Vec<petrel::ps::core::types::TableSpec>,
+    clock: u64,
+) -> Result<(u32, petrel::ps::shells::PsClient), String> {
+    petrel::ps::shells::wait_for_shards(&ctx.node, lay, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let w = lay.workers_on(&ctx.spec.name)[0];
+    let c = petrel::ps::shells::PsClient::start_at(&ctx.node, lay, w, tables, clock)
+        .map_err(|e| e.to_string())?;
+    Ok((w, c))
+}
+
 /// Trains `app` (`lasso`, `lda` or `strads-mf`) on its shipped training file with its nodes
 /// in memory; returns its output directory, `<dir>/<app>`.
 pub fn trained_in_memory(dir: &Path, app: &str) -> PathBuf {

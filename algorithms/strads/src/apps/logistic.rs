@@ -151,6 +151,10 @@ impl Push<LogisticApp> for LogisticWorker {
         self.applied = applied;
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }
 
 /// What a [`LogisticScheduling`] changes while running (a round checkpoint holds it, with
@@ -425,6 +429,10 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         self.commit_log.reset(self.s.l1_after.len() as u64 - 1);
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }
 
 /// Writes `coefficients.tsv` and `metrics.json`.
@@ -579,14 +587,6 @@ impl StradsJob for LogisticApp {
         let mut half = LogisticScheduling::new(&x, &labels, job, shape.workers)?;
         half.data_digest = Some(digest);
         Ok(half)
-    }
-
-    fn scheduler_digest(scheduler: &LogisticScheduling) -> Option<u64> {
-        scheduler.data_digest
-    }
-
-    fn worker_digest(worker: &StarHalf<LogisticWorker>) -> Option<u64> {
-        worker.0.data_digest
     }
 
     fn worker(

@@ -125,6 +125,12 @@ pub trait Schedule<A: StradsApp> {
     fn checkpointed(&mut self, round: u64, resumed: bool) {
         let _ = (round, resumed);
     }
+
+    /// A digest of the data every node must share, compared at the ready barrier so that
+    /// nodes that read different data fail there (`None`, the default: nothing compared).
+    fn data_digest(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.
@@ -168,6 +174,11 @@ pub trait Push<A: StradsApp>: Unpin + 'static {
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let _ = state;
         Err(no_checkpoints())
+    }
+
+    /// The digest of the data this worker loaded (see [`Schedule::data_digest`]).
+    fn data_digest(&self) -> Option<u64> {
+        None
     }
 }
 

@@ -127,16 +127,15 @@ pub trait StradsJob: StradsApp + Sized {
     ) -> Result<Self::Worker, StradsError>;
 
     /// A digest of the data every node must share, compared at the ready barrier so that
-    /// nodes that read different data fail there (`None`, the default: nothing compared).
+    /// nodes that read different data fail there (default: [`Schedule::data_digest`]).
     fn scheduler_digest(scheduler: &Self::Scheduler) -> Option<u64> {
-        let _ = scheduler;
-        None
+        scheduler.data_digest()
     }
 
-    /// The same digest from worker half `worker` (before it starts).
+    /// The same digest from worker half `worker` (before it starts; default:
+    /// [`WorkerHalf::data_digest`]).
     fn worker_digest(worker: &Self::Worker) -> Option<u64> {
-        let _ = worker;
-        None
+        worker.data_digest()
     }
 
     /// Writes the outputs once every round committed.
@@ -164,6 +163,9 @@ pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
         workers: Vec<Self>,
         opts: &SerialOptions,
     ) -> Result<SerialRun, StradsError>;
+
+    /// The digest of the data this half loaded ([`StradsJob::worker_digest`]).
+    fn data_digest(&self) -> Option<u64>;
 }
 
 /// Star routing: every task and partial goes through the scheduler ([`Push`]).
@@ -188,6 +190,10 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
     ) -> Result<SerialRun, StradsError> {
         let mut workers: Vec<W> = workers.into_iter().map(|h| h.0).collect();
         serial::run_star(scheduler, &mut workers, opts)
+    }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.0.data_digest()
     }
 }
 
@@ -242,6 +248,10 @@ impl<A: RingApp, W: RingPush<A> + Send> WorkerHalf<A> for RingHalf<A, W> {
         let (mut logic, initial): (Vec<W>, Vec<_>) =
             workers.into_iter().map(|h| (h.logic, h.initial)).unzip();
         serial::run_ring(scheduler, &mut logic, initial, opts.delivery)
+    }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
     }
 }
 

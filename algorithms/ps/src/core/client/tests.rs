@@ -10,6 +10,17 @@ fn client(shards: u32, t: TableSpec) -> ClientCore {
     ClientCore::new(WorkerId(0), shards, vec![t]).unwrap()
 }
 
+/// Reads row 0 of `T` through `c`, which must fetch it (else panics with `why`), and hands
+/// it `shard`'s reply.
+fn fetch_row0(c: &mut ClientCore, shard: &mut PsShardCore, why: &str) {
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
+        panic!("{why}")
+    };
+    for a in shard.handle_read(&req).unwrap() {
+        c.handle(0, a).unwrap();
+    }
+}
+
 #[test]
 fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
     let t = spec(Consistency::Async);
@@ -192,12 +203,7 @@ fn sgd_table_local_view_applies_minus_lr() {
     let t = spec(Consistency::Async).with_rule(UpdateRuleSpec::Sgd { learning_rate: 0.5 });
     let mut c = client(1, t.clone());
     let mut s = PsShardCore::new(1, vec![t]).unwrap();
-    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
-        panic!()
-    };
-    for a in s.handle_read(&req).unwrap() {
-        c.handle(0, a).unwrap();
-    }
+    fetch_row0(&mut c, &mut s, "a first read fetches");
     c.inc(T, RowId(0), 0, 2.0).unwrap();
     assert_eq!(
         c.cached(T, RowId(0)).unwrap().0,
@@ -350,12 +356,7 @@ fn a_held_read_is_not_changed_by_later_own_writes() {
     let t = spec(Consistency::Ssp { staleness: 5 });
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
     let mut c = client(1, t);
-    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
-        panic!()
-    };
-    for a in shard.handle_read(&req).unwrap() {
-        c.handle(0, a).unwrap();
-    }
+    fetch_row0(&mut c, &mut shard, "a first read fetches");
     let GetOutcome::Hit(held) = c.get_shared(T, RowId(0)).unwrap() else {
         panic!()
     };
@@ -378,12 +379,7 @@ fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
     let t = spec(Consistency::Ssp { staleness: 5 }).with_read_my_writes(false);
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
     let mut c = client(1, t);
-    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
-        panic!()
-    };
-    for a in shard.handle_read(&req).unwrap() {
-        c.handle(0, a).unwrap();
-    }
+    fetch_row0(&mut c, &mut shard, "a first read fetches");
     c.batch_inc(T, RowId(0), &Row::Dense(vec![1.0, 2.0]))
         .unwrap();
     assert_eq!(
@@ -406,12 +402,7 @@ fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
             shard.handle_batch(&b).unwrap();
         }
     }
-    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
-        panic!("stale beyond the bound")
-    };
-    for a in shard.handle_read(&req).unwrap() {
-        c.handle(0, a).unwrap();
-    }
+    fetch_row0(&mut c, &mut shard, "stale beyond the bound");
     assert_eq!(
         c.get_shared(T, RowId(0)).unwrap(),
         GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]).into())

@@ -76,14 +76,6 @@ impl StradsJob for LassoApp {
         Ok(half)
     }
 
-    fn scheduler_digest(scheduler: &LassoScheduling) -> Option<u64> {
-        scheduler.data_digest
-    }
-
-    fn worker_digest(worker: &StarHalf<LassoWorker>) -> Option<u64> {
-        worker.0.data_digest
-    }
-
     fn worker(
         job: &LassoSettings,
         index: usize,

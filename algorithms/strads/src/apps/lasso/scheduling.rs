@@ -431,4 +431,8 @@ impl Schedule<LassoApp> for LassoScheduling {
             self.s.metrics.checkpoints.push(round);
         }
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }

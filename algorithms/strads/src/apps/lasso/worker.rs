@@ -147,4 +147,8 @@ impl Push<LassoApp> for LassoWorker {
         self.applied[0] = s.applied;
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }

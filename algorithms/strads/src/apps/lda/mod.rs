@@ -347,14 +347,6 @@ impl StradsJob for LdaApp {
     type Scheduler = LdaScheduling;
     type Worker = RingHalf<LdaApp, LdaWorkerApp>;
 
-    fn scheduler_digest(scheduler: &LdaScheduling) -> Option<u64> {
-        scheduler.data_digest
-    }
-
-    fn worker_digest(worker: &RingHalf<LdaApp, LdaWorkerApp>) -> Option<u64> {
-        worker.data_digest
-    }
-
     fn scheduler(job: &LdaSettings, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
         let (corpus, read) = petrel_ml::topic::load_corpus_digested(
             job.docword.as_deref(),

@@ -392,4 +392,8 @@ impl Schedule<LdaApp> for LdaScheduling {
         self.s = s;
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }

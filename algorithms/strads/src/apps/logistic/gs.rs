@@ -87,6 +87,10 @@ impl Push<LogisticGsApp> for LogisticGsWorker {
         self.core.commit(c.step, c.combined.as_ref())
     }
 
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
+
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
         encode_state(&self.core.snapshot()?)
     }
@@ -497,6 +501,10 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         self.stop = None;
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }
 
 impl StradsJob for LogisticGsApp {
@@ -558,14 +566,6 @@ impl StradsJob for LogisticGsApp {
             core,
             data_digest: Some(digest),
         }))
-    }
-
-    fn scheduler_digest(scheduler: &LogisticGsScheduling) -> Option<u64> {
-        scheduler.data_digest
-    }
-
-    fn worker_digest(worker: &StarHalf<LogisticGsWorker>) -> Option<u64> {
-        worker.0.data_digest
     }
 
     fn finish(

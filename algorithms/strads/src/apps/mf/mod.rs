@@ -408,14 +408,6 @@ impl StradsJob for MfApp {
     type Scheduler = MfScheduling;
     type Worker = RingHalf<MfApp, MfWorkerApp>;
 
-    fn scheduler_digest(scheduler: &MfScheduling) -> Option<u64> {
-        scheduler.data_digest
-    }
-
-    fn worker_digest(worker: &RingHalf<MfApp, MfWorkerApp>) -> Option<u64> {
-        worker.data_digest
-    }
-
     fn scheduler(job: &StradsMfSettings, shape: &JobShape) -> Result<MfScheduling, StradsError> {
         let (summary, test) = job.summary_and_test()?;
         let half = MfScheduling::from_summary(shape.workers, &summary, test, job);

@@ -457,4 +457,8 @@ impl Schedule<MfApp> for MfScheduling {
         self.s = s;
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }

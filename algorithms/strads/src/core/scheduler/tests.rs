@@ -3,6 +3,31 @@ use petrel_ml::data::SparseColumns;
 use proptest::prelude::*;
 use std::sync::Arc;
 
+/// A scheduler of `n_vars` coordinates drawing rounds of `block` from pools of `pool`
+/// candidates (`mode`, `seed`), dropping candidates that `oracle` correlates above `rho`.
+fn filtered(
+    n_vars: usize,
+    (mode, block, pool, seed): (ScheduleMode, usize, usize, u64),
+    rho: f32,
+    oracle: impl CorrelationOracle + Send + 'static,
+) -> LassoScheduler {
+    let mut config = SchedulerConfig::new(mode, block);
+    config.candidate_pool = pool;
+    config.seed = seed;
+    let filter = DependencyFilter {
+        rho,
+        oracle: Box::new(oracle),
+    };
+    LassoScheduler::new(n_vars, config, Some(filter)).unwrap()
+}
+
+/// A cyclic scheduler over the columns of `x`, rounds of all of them, filtered at 0.5.
+fn cyclic_over_columns_of(x: &ndarray::Array2<f32>) -> LassoScheduler {
+    let oracle = ColumnCorrelationCache::new(Arc::new(SparseColumns::from_dense(x)), 100);
+    let n = x.ncols();
+    filtered(n, (ScheduleMode::Cyclic, n, n, 0), 0.5, oracle)
+}
+
 #[test]
 fn sum_tree_samples_proportionally() {
     let tree = SumTree::new(&[1.0, 0.0, 3.0]);
@@ -58,14 +83,7 @@ fn dynamic_draws_without_replacement() {
 #[test]
 fn filter_drops_correlated_candidates() {
     let x = ndarray::array![[1.0f32, 1.0, 0.0], [0.0, 0.1, 1.0]];
-    let oracle = ColumnCorrelationCache::new(Arc::new(SparseColumns::from_dense(&x)), 100);
-    let mut config = SchedulerConfig::new(ScheduleMode::Cyclic, 3);
-    config.candidate_pool = 3;
-    let filter = DependencyFilter {
-        rho: 0.5,
-        oracle: Box::new(oracle),
-    };
-    let mut s = LassoScheduler::new(3, config, Some(filter)).unwrap();
+    let mut s = cyclic_over_columns_of(&x);
     assert_eq!(s.next_round(), vec![0, 2]);
 }
 
@@ -74,13 +92,7 @@ fn cyclic_with_filter_reaches_every_coordinate() {
     // Neighbours j, j+1 are strongly correlated: a plain cyclic window would drop the
     // same coordinates every sweep.
     let corr = |j: usize, k: usize| if j.abs_diff(k) < 4 { 0.9f32 } else { 0.0 };
-    let mut config = SchedulerConfig::new(ScheduleMode::Cyclic, 4);
-    config.candidate_pool = 16;
-    let filter = DependencyFilter {
-        rho: 0.5,
-        oracle: Box::new(corr),
-    };
-    let mut s = LassoScheduler::new(40, config, Some(filter)).unwrap();
+    let mut s = filtered(40, (ScheduleMode::Cyclic, 4, 16, 0), 0.5, corr);
     let mut seen = vec![false; 40];
     for _ in 0..40 {
         for j in s.next_round() {
@@ -108,16 +120,7 @@ fn exported_state_continues_bit_identically() {
         ScheduleMode::Cyclic,
     ] {
         let corr = |j: usize, k: usize| if j.abs_diff(k) < 3 { 0.9f32 } else { 0.0 };
-        let make = || {
-            let mut config = SchedulerConfig::new(mode, 5);
-            config.candidate_pool = 12;
-            config.seed = 9;
-            let filter = DependencyFilter {
-                rho: 0.5,
-                oracle: Box::new(corr),
-            };
-            LassoScheduler::new(57, config, Some(filter)).unwrap()
-        };
+        let make = || filtered(57, (mode, 5, 12, 9), 0.5, corr);
         let mut a = make();
         // Odd number of draws so the RNG is mid-block.
         for r in 0..7 {
@@ -162,11 +165,7 @@ proptest! {
                 .wrapping_mul(0x1656_67B1_9E37_79F9);
             (h >> 40) as f32 / (1u64 << 24) as f32
         };
-        let mut config = SchedulerConfig::new(mode, block);
-        config.candidate_pool = pool;
-        config.seed = seed;
-        let filter = DependencyFilter { rho, oracle: Box::new(corr) };
-        let mut s = LassoScheduler::new(n_vars, config, Some(filter)).unwrap();
+        let mut s = filtered(n_vars, (mode, block, pool, seed), rho, corr);
         for round in 0..5 {
             let chosen = s.next_round();
             prop_assert!(chosen.len() <= block);
@@ -189,6 +188,13 @@ impl CorrelationOracle for PairwiseOnly {
     fn abs_correlation(&mut self, j: usize, k: usize) -> f32 {
         self.0.abs_correlation(j, k)
     }
+}
+
+/// The cache under test and its pairwise-only twin, over one random 30 x 40 design.
+fn fast_and_pairwise(density: f64, seed: u64) -> (ColumnCorrelationCache, PairwiseOnly) {
+    let x = Arc::new(random_sparse(30, 40, density, seed));
+    let fast = ColumnCorrelationCache::new(x.clone(), 1000);
+    (fast, PairwiseOnly(ColumnCorrelationCache::new(x, 1000)))
 }
 
 fn random_sparse(rows: usize, cols: usize, density: f64, seed: u64) -> SparseColumns {
@@ -218,9 +224,7 @@ proptest! {
         rho in 0.05f32..0.9,
         limit in 1usize..12,
     ) {
-        let x = Arc::new(random_sparse(30, 40, density, seed));
-        let mut fast = ColumnCorrelationCache::new(x.clone(), 1000);
-        let mut slow = PairwiseOnly(ColumnCorrelationCache::new(x, 1000));
+        let (mut fast, mut slow) = fast_and_pairwise(density, seed);
         let mut candidates: Vec<usize> = (0..40).map(|j| (j * 17 + seed as usize) % 40).collect();
         candidates.push(candidates[3]);
         for round in 0..3 {
@@ -246,9 +250,7 @@ proptest! {
         rho in 0.05f32..0.9,
         limit in 1usize..10,
     ) {
-        let x = Arc::new(random_sparse(30, 40, density, seed));
-        let mut fast = ColumnCorrelationCache::new(x.clone(), 1000);
-        let mut slow = PairwiseOnly(ColumnCorrelationCache::new(x, 1000));
+        let (mut fast, mut slow) = fast_and_pairwise(density, seed);
         for round in 0..60usize {
             let candidates: Vec<usize> =
                 (0..40).map(|j| (j * 7 + round * 13 + seed as usize) % 40).collect();
@@ -266,14 +268,7 @@ proptest! {
 fn in_flight_coordinates_are_neither_chosen_nor_correlated_with_the_choice() {
     // Columns 0 and 1 are identical; 2 is independent of both.
     let x = ndarray::array![[1.0f32, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]];
-    let oracle = ColumnCorrelationCache::new(Arc::new(SparseColumns::from_dense(&x)), 100);
-    let mut config = SchedulerConfig::new(ScheduleMode::Cyclic, 3);
-    config.candidate_pool = 3;
-    let filter = DependencyFilter {
-        rho: 0.5,
-        oracle: Box::new(oracle),
-    };
-    let mut s = LassoScheduler::new(3, config, Some(filter)).unwrap();
+    let mut s = cyclic_over_columns_of(&x);
     assert_eq!(s.filter_candidates_around(vec![0, 1, 2], &[0]), vec![2]);
     assert_eq!(s.filter_candidates_around(vec![0, 1, 2], &[]), vec![0, 2]);
     let mut plain =
@@ -290,14 +285,8 @@ fn in_flight_coordinates_are_neither_chosen_nor_correlated_with_the_choice() {
 fn lazy_dynamic_rounds_choose_what_the_whole_pool_would() {
     let x = Arc::new(random_sparse(40, 60, 0.2, 7));
     let scheduler = |x: &Arc<SparseColumns>| {
-        let mut config = SchedulerConfig::new(ScheduleMode::Dynamic, 8);
-        config.candidate_pool = 30;
-        config.seed = 3;
-        let filter = DependencyFilter {
-            rho: 0.3,
-            oracle: Box::new(ColumnCorrelationCache::new(x.clone(), 1000)),
-        };
-        LassoScheduler::new(60, config, Some(filter)).unwrap()
+        let oracle = ColumnCorrelationCache::new(x.clone(), 1000);
+        filtered(60, (ScheduleMode::Dynamic, 8, 30, 3), 0.3, oracle)
     };
     let (mut lazy, mut whole) = (scheduler(&x), scheduler(&x));
     let mut in_flight: Vec<usize> = Vec::new();

@@ -281,6 +281,10 @@ impl Push<LassoGsApp> for GsWorker {
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         self.core.restore(decode_state(state)?)
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }
 
 impl StradsJob for LassoGsApp {
@@ -331,14 +335,6 @@ impl StradsJob for LassoGsApp {
         let mut worker = GsWorker::new(core, index);
         worker.data_digest = Some(digest);
         Ok(StarHalf(worker))
-    }
-
-    fn scheduler_digest(scheduler: &GsScheduling) -> Option<u64> {
-        scheduler.data_digest
-    }
-
-    fn worker_digest(worker: &StarHalf<GsWorker>) -> Option<u64> {
-        worker.0.data_digest
     }
 
     fn finish(

@@ -800,4 +800,8 @@ impl Schedule<LassoGsApp> for GsScheduling {
         self.in_flight.clear();
         Ok(())
     }
+
+    fn data_digest(&self) -> Option<u64> {
+        self.data_digest
+    }
 }
