@@ -88,7 +88,8 @@ pub fn round_resume_point(dir: &Path, scheme: &str) -> Option<ResumePoint> {
     resume_point(&CheckpointSet::new(dir, scheme), "round", |_| Ok(()))
 }
 
-/// [`run_with_restarts`] for `petrel train APP`, saying where each restart resumes.
+/// Runs a `petrel train APP` job, restarting it up to `max_restarts` times and saying where
+/// each restart resumes.
 pub fn restart_job<T, E: std::error::Error + 'static>(
     app: &str,
     max_restarts: u32,
