@@ -126,18 +126,6 @@ pub trait StradsJob: StradsApp + Sized {
         shape: &JobShape,
     ) -> Result<Self::Worker, StradsError>;
 
-    /// A digest of the data every node must share, compared at the ready barrier so that
-    /// nodes that read different data fail there (default: [`Schedule::data_digest`]).
-    fn scheduler_digest(scheduler: &Self::Scheduler) -> Option<u64> {
-        scheduler.data_digest()
-    }
-
-    /// The same digest from worker half `worker` (before it starts; default:
-    /// [`WorkerHalf::data_digest`]).
-    fn worker_digest(worker: &Self::Worker) -> Option<u64> {
-        worker.data_digest()
-    }
-
     /// Writes the outputs once every round committed.
     fn finish(
         config: &Self::Config,
@@ -164,7 +152,8 @@ pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
         opts: &SerialOptions,
     ) -> Result<SerialRun, StradsError>;
 
-    /// The digest of the data this half loaded ([`StradsJob::worker_digest`]).
+    /// The digest of the data this half loaded, compared with the scheduler's
+    /// ([`Schedule::data_digest`]) at the ready barrier.
     fn data_digest(&self) -> Option<u64>;
 }
 
@@ -204,7 +193,7 @@ pub struct RingHalf<A: RingApp, W> {
     pub logic: W,
     /// The blocks held at the start.
     pub initial: Vec<(BlockId, A::Block)>,
-    /// The digest of the data it loaded ([`StradsJob::worker_digest`]), if the app keeps one.
+    /// The digest of the data it loaded ([`WorkerHalf::data_digest`]), if the app keeps one.
     pub data_digest: Option<u64>,
     _app: PhantomData<fn() -> A>,
 }
@@ -285,7 +274,7 @@ pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strads
     let loader = config.clone();
     let mut scheduler = off_loop(move || J::scheduler(&loader, &shape)).await?;
     tracing::info!(app = J::SECTION, workers = shape.workers, "scheduler ready");
-    ctx.barrier_agreeing(&ready_barrier::<J>(), J::scheduler_digest(&scheduler))
+    ctx.barrier_agreeing(&ready_barrier::<J>(), scheduler.data_digest())
         .await?;
     let set = WorkerSet::<J>::resolve(&ctx.node, &workers, J::WORKER_ROLE)?;
     let before = ctx.node.net_stats();
@@ -327,7 +316,7 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
         })?;
     let shape = shape_of::<J>(&ctx, &workers);
     let half = off_loop(move || J::worker(&config, index, &shape)).await?;
-    let digest = J::worker_digest(&half);
+    let digest = half.data_digest();
     half.start(&ctx.node, J::WORKER_ROLE, index as u32, &workers)?;
     tracing::info!(app = J::SECTION, worker = index, "worker ready");
     Ok(ctx.barrier_agreeing(&ready_barrier::<J>(), digest).await?)

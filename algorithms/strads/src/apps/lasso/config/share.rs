@@ -66,7 +66,7 @@ pub struct ColumnShare {
 impl ColumnShare {
     /// What every node's share of one design has in common, digested: the shape, `y` and
     /// `lambda_max` (which every value of the design enters). Nodes compare it before the
-    /// first round ([`crate::kit::StradsJob::worker_digest`]).
+    /// first round ([`crate::kit::WorkerHalf::data_digest`]).
     pub fn digest(&self) -> u64 {
         let mut d = ReadDigest::default();
         d.add(self.shape.n_rows as u64);
