@@ -314,8 +314,8 @@ fn dispatch(
             }
         },
         Command::Bench { args } => bench(args),
-        // commands dispatch: applications add their arms below this line; each maps its own
-        // error type with `CliError::command`.
+        // commands dispatch: applications add their arms below this line; an arm whose error
+        // is not a `CliError` wraps it with `CliError::command`.
         Command::Train {
             dashboard,
             plot,

@@ -103,6 +103,12 @@ pub enum BenchError {
     },
 }
 
+impl From<BenchError> for CliError {
+    fn from(e: BenchError) -> Self {
+        CliError::command(e)
+    }
+}
+
 /// A cluster `name` on this host: per `(node, role)` one node on 127.0.0.1.
 pub(crate) fn local_settings<'a>(
     name: &str,
@@ -186,7 +192,7 @@ mod tests {
 }
 
 /// Declares [`BenchCommand`], one variant a bench, and [`run`], which calls the bench's
-/// module's `run` and maps its error with `CliError::command`.
+/// module's `run` (its error a [`BenchError`] or a [`CliError`]).
 macro_rules! benches {
     ($($(#[$attr:meta])* $variant:ident($module:ident::$args:ident),)*) => {
         /// `petrel bench <name>`: one variant a bench.
@@ -200,7 +206,7 @@ macro_rules! benches {
         pub fn run(command: BenchCommand) -> Result<(), CliError> {
             match command {
                 $(BenchCommand::$variant(args) => {
-                    crate::$module::run(args).map_err(CliError::command)
+                    crate::$module::run(args).map_err(Into::into)
                 })*
             }
         }
