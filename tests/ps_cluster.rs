@@ -757,7 +757,8 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
                 c.inc(T, RowId(r), 0, 0.01).map_err(|e| e.to_string())?;
             }
             c.inc(T, RowId(5), 0, 50.0).map_err(|e| e.to_string())?;
-            let mut m = BandwidthManager::new(50, SendPolicy::RelativeMagnitude, 1);
+            let mut m = BandwidthManager::new(1_000_000, SendPolicy::RelativeMagnitude, 1);
+            m.batch_bytes = 50;
             let sent = c.managed_tick(&mut m).map_err(|e| e.to_string())?;
             if sent != 1 {
                 return Err(format!("sent {sent} rows"));

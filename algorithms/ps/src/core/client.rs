@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::core::error::PsCoreError;
+use crate::core::managed::relative_change;
 use crate::core::shard::ShardAction;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{
@@ -66,6 +67,10 @@ pub(crate) struct OplogEntry {
 }
 
 /// One worker's client-side state machine.
+    /// The clock of its oldest update (managed communication holds young rows).
+    pub(crate) since: Clock,
+    /// Managed communication's priority: `sum |delta_j / x_j|` over its `Inc`s.
+    pub(crate) priority: f32,
 #[derive(Debug)]
 pub struct ClientCore {
     worker: WorkerId,
@@ -98,6 +103,8 @@ impl ClientCore {
         worker: WorkerId,
         n_shards: u32,
         tables: Vec<TableSpec>,
+    /// Whether `Inc`s accumulate managed communication's priority (off: no extra pass).
+    prioritise: bool,
     ) -> Result<Self, PsCoreError> {
         if n_shards == 0 {
             return Err(PsCoreError::InvalidConfig("n_shards must be >= 1".into()));
@@ -136,6 +143,7 @@ impl ClientCore {
 
     /// Starts this (fresh) client at clock `clock`, resuming from a checkpoint.
     pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsCoreError> {
+            prioritise: false,
         if self.clock != 0 || !self.oplog.is_empty() || !self.cache.is_empty() {
             return Err(PsCoreError::InvalidConfig(
                 "resume_at on a client that already ran".into(),
@@ -335,7 +343,11 @@ impl ClientCore {
                 .add_scaled(&delta, spec.update_rule.local_scale());
         }
         match self.oplog.entry((table, row)) {
-            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().delta.add(&delta),
+            std::collections::btree_map::Entry::Occupied(mut e) => {
+                let e = e.get_mut();
+                e.delta.add(&delta);
+                e.priority += priority;
+            }
             std::collections::btree_map::Entry::Vacant(v) => {
                 let delta = match (spec.kind, delta) {
                     (TableKind::Dense { .. }, Cow::Owned(d @ Row::Dense(_)))
@@ -354,10 +366,21 @@ impl ClientCore {
                 };
                 let order = self.next_order;
                 self.next_order += 1;
-                v.insert(OplogEntry { delta, order });
+                v.insert(OplogEntry {
+                    delta,
+                    order,
+                    since: self.clock,
+                    priority,
+                });
             }
         }
         Ok(())
+        let priority = if self.prioritise {
+            let cached = self.cache.get(&(table, row)).map(|c| &*c.row);
+            relative_change(cached, &delta)
+        } else {
+            0.0
+        };
     }
 
     /// [`push`](Self::push), then the row's unflushed delta as an early batch at once; the
@@ -469,10 +492,7 @@ impl ClientCore {
     /// Takes the given rows out of the oplog as early batches (`end_of_clock = false`), one
     /// per shard (managed communication).
     pub fn take_early(&mut self, rows: &[(TableId, RowId)]) -> Vec<ShardBatch> {
-        let taken: Vec<_> = rows
-            .iter()
-            .filter_map(|k| self.oplog.remove(k).map(|e| (*k, e.delta)))
-            .collect();
+        let taken = self.take_rows(rows);
         if taken.is_empty() {
             return Vec::new();
         }
@@ -505,6 +525,15 @@ impl ClientCore {
             self.next_seq += 1;
             for u in &updates {
                 let key = (u.table, u.row);
+    /// `Clock()` sending only `rows` of the oplog (one batch per shard, each ends the
+    /// clock); the other rows stay and keep merging (managed communication).
+    pub fn clock_with(&mut self, rows: &[(TableId, RowId)]) -> Vec<ShardBatch> {
+        let taken = self.take_rows(rows);
+        let batches = self.build_batches(taken.into_iter(), true);
+        self.clock += 1;
+        batches
+    }
+
                 if !self.tables.get(&u.table).is_some_and(|t| t.read_my_writes) {
                     continue;
                 }
@@ -518,6 +547,36 @@ impl ClientCore {
             out.push(ShardBatch {
                 shard,
                 worker: self.worker,
+    /// The whole oplog as early batches: what a managed worker still holds when it leaves.
+    pub fn take_all_early(&mut self) -> Vec<ShardBatch> {
+        let rows: Vec<_> = self.oplog.keys().copied().collect();
+        self.take_early(&rows)
+    }
+
+    fn take_rows(&mut self, rows: &[(TableId, RowId)]) -> Vec<((TableId, RowId), Row)> {
+        (rows.iter())
+            .filter_map(|k| self.oplog.remove(k).map(|e| (*k, e.delta)))
+            .collect()
+    }
+
+    /// Whether the oplog holds any row.
+    pub fn has_oplog(&self) -> bool {
+        !self.oplog.is_empty()
+    }
+
+    /// Makes `Inc`s accumulate managed communication's per-row priority.
+    pub fn set_prioritise(&mut self, on: bool) {
+        self.prioritise = on;
+    }
+
+    /// The smallest staleness bound of the tables (`None`: all `Async`): Bösen's clock
+    /// forces rows by it.
+    pub fn min_staleness(&self) -> Option<u32> {
+        (self.tables.values())
+            .filter_map(|t| t.consistency.staleness_bound())
+            .min()
+    }
+
                 clock: self.clock,
                 end_of_clock: all_shards,
                 batch: UpdateBatch { seq, updates },

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::core::error::PsCoreError;
-use crate::core::managed::Candidate;
+use crate::core::managed::{Candidate, relative_change};
 use crate::core::rules::{RuleRegistry, UpdateRule};
 use crate::core::server_push::{PushPending, ServerPush, ServerPushConfig, ServerPushStats};
 use crate::core::types::{
@@ -490,6 +490,11 @@ impl PsShardCore {
                 .rows
                 .entry(u.row)
                 .or_insert_with(|| StoredRow::new(t.spec.zero_row()));
+            // Server push's priority needs the value before the update.
+            let change = match tracking {
+                true => relative_change(Some(&stored.data), &u.delta),
+                false => 0.0,
+            };
             t.rule.apply(u.row, stored.data.make_mut(), &u.delta);
             stored.stamp = stamp;
             // Cuts of later checkpoint clocks take this update too (cuts open only when every
@@ -508,7 +513,7 @@ impl PsShardCore {
                     order: stamp,
                     magnitude: 0.0,
                 });
-                p.magnitude += u.delta.l1_norm();
+                p.magnitude += change;
             }
         }
         self.workers[worker.0 as usize].applied_seq = batch.seq;
@@ -587,14 +592,33 @@ impl PsShardCore {
             .map_or_else(ServerPushStats::default, |p| p.stats)
     }
 
-    /// One server-push tick: picks, in the policy's order, the changed rows whose pushes to
-    /// all their stale holders fit the byte budget, and returns one [`ShardAction::Push`] per
-    /// (worker, table) at the current min clock. Rows left out wait for later ticks.
-    pub fn server_push_tick(&mut self) -> Vec<ShardAction> {
+    /// One server-push tick at `now_s` (seconds on any fixed clock): when the pacer allows,
+    /// the changed rows, in the policy's order, whose pushes to all their stale holders fit
+    /// one batch; one [`ShardAction::Push`] per (worker, table) at the current min clock.
+    /// Rows left out wait for later ticks or the next min-clock advance.
+    pub fn server_push_tick(&mut self, now_s: f64) -> Vec<ShardAction> {
         let Some(push) = self.push.as_mut() else {
             return Vec::new();
         };
-        let eps = push.manager.eps;
+        push.stats.ticks += 1;
+        if !push.manager.pacer.ready(now_s) {
+            return Vec::new();
+        }
+        let budget = push.manager.batch_bytes;
+        let (out, bytes) = self.push_changed(Some(budget));
+        if let Some(push) = self.push.as_mut() {
+            push.manager.pacer.charge(now_s, bytes as usize);
+            push.stats.max_tick_bytes = push.stats.max_tick_bytes.max(bytes);
+        }
+        out
+    }
+
+    /// Pushes changed rows to their stale holders: the policy's top rows within `budget`
+    /// bytes, or every one (`None`). Returns the pushes and their row bytes.
+    fn push_changed(&mut self, budget: Option<usize>) -> (Vec<ShardAction>, u64) {
+        let Some(push) = self.push.as_mut() else {
+            return (Vec::new(), 0);
+        };
         let mut cands = Vec::new();
         for (&table, t) in self.tables.iter_mut() {
             let (rows, subs) = (&t.rows, &t.subs);
@@ -612,13 +636,16 @@ impl PsShardCore {
                     table,
                     row: *row,
                     bytes: stored.data.wire_size() * stale,
-                    relative_magnitude: pending.magnitude / (stored.data.l1_norm() + eps),
+                    relative_magnitude: pending.magnitude,
                     order: pending.order,
                 });
                 true
             });
         }
-        let chosen = push.manager.select(cands);
+        let chosen = match budget {
+            Some(b) => push.manager.select(cands, b),
+            None => cands.iter().map(|c| (c.table, c.row)).collect(),
+        };
         let mut per: BTreeMap<(WorkerId, TableId), Vec<(RowId, SharedRow)>> = BTreeMap::new();
         let (mut bytes, mut rows_sent) = (0u64, 0u64);
         for (table, row) in chosen {
@@ -632,11 +659,9 @@ impl PsShardCore {
                 per.entry((w, table)).or_default().push((row, data));
             }
         }
-        push.stats.ticks += 1;
         push.stats.bytes += bytes;
         push.stats.rows += rows_sent;
-        push.stats.max_tick_bytes = push.stats.max_tick_bytes.max(bytes);
-        per.into_iter()
+        let out = (per.into_iter())
             .map(|((worker, table), rows)| ShardAction::Push {
                 worker,
                 table,
@@ -644,7 +669,8 @@ impl PsShardCore {
                 clock: self.min_clock,
                 ack_seq: self.workers[worker.0 as usize].applied_seq,
             })
-            .collect()
+            .collect();
+        (out, bytes)
     }
 
     /// Tells `worker` which of its update batches (all sent before this, FIFO) are applied.
@@ -753,3 +779,20 @@ impl PsShardCore {
 
 #[cfg(test)]
 mod tests;
+        // Server push: every changed row to its stale holders, charged to the pacer.
+        let (pushed, bytes) = self.push_changed(None);
+        if let Some(push) = self.push.as_mut() {
+            push.manager.pacer.charge_now(bytes as usize);
+            push.stats.clock_bytes += bytes;
+        }
+        out.extend(pushed);
+        // What the pushes' readers now hold, after them.
+        let readers: Vec<(WorkerId, TableId)> = (out.iter())
+            .filter_map(|a| match a {
+                ShardAction::Push { worker, table, .. } => Some((*worker, *table)),
+                _ => None,
+            })
+            .collect();
+        for (worker, table) in readers {
+            out.extend(self.content(worker, table, None));
+        }

@@ -6,7 +6,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::core::managed::{BandwidthManager, SendPolicy, budget_for};
+use crate::core::managed::{BandwidthManager, SendPolicy};
 use crate::core::straggler::StragglerModel;
 use crate::error::PsError;
 use crate::kit::PsCheckpointing;
@@ -55,11 +55,9 @@ impl ManagedSettings {
         }
     }
 
-    /// The worker's manager (`None` without `managed`), with ticks of `tick_s` seconds.
-    pub fn manager(&self, tick_s: f64, seed: u64) -> Option<BandwidthManager> {
-        self.managed.map(|policy| {
-            BandwidthManager::new(budget_for(self.managed_bytes_per_s, tick_s), policy, seed)
-        })
+    /// The worker's manager (`None` without `managed`), paced at `managed_bytes_per_s`.
+    pub fn manager(&self, seed: u64) -> Option<BandwidthManager> {
+        (self.managed).map(|policy| BandwidthManager::new(self.managed_bytes_per_s, policy, seed))
     }
 }
 
@@ -282,10 +280,11 @@ mod tests {
             compute_slices: 4,
         };
         assert_eq!(s.slices(), 1);
-        assert!(s.manager(0.5, 1).is_none());
+        assert!(s.manager(1).is_none());
         s.managed = Some(SendPolicy::Fifo);
         assert_eq!(s.slices(), 4);
-        assert_eq!(s.manager(0.5, 1).unwrap().budget_bytes_per_tick, 500);
+        let pacer = s.manager(1).map(|m| m.pacer);
+        assert_eq!(pacer, Some(crate::core::managed::Pacer::new(1000)));
         let mut c = SettingChecks::new();
         s.check(&mut c);
         assert!(c.finish().is_ok());
