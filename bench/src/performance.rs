@@ -233,8 +233,8 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "managed",
-        "clock-boundary vs managed (fifo, relative-magnitude) communication on a shaped link",
-        "clock_over_relative_magnitude fifo_over_relative_magnitude",
+        "managed communication (Bösen's mechanics) vs clock-boundary updates and BSP on a shaped link, skewed data",
+        "speedup_vs_clock speedup_vs_bsp flush_fraction",
     ),
     (
         "adarevision",

@@ -70,8 +70,18 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
     );
     let f = managed::measure(&a).unwrap();
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
-    assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
+    assert_eq!(names, ["clock", "relative-magnitude", "bsp"]);
     assert!(f.server_push);
+    assert_eq!((f.repeats, f.skew), (1, 1.0));
+    let summaries: Vec<&str> = f.summaries.iter().map(|s| s.variant.as_str()).collect();
+    assert_eq!(summaries, names);
+    assert_eq!(f.speedup_vs_clock, f.clock_over_relative_magnitude);
+    assert!(
+        f.flush_fraction.is_some_and(|x| x > 0.0),
+        "{:?}",
+        f.flush_fraction
+    );
+    assert!(f.runs.iter().all(|r| r.cpu_cores > 0.0));
     for r in &f.runs {
         assert!(r.sent_bytes > 0, "{r:?}");
         assert!(r.received_bytes > 0, "{r:?}");
@@ -93,15 +103,19 @@ fn managed_quick_on_lda_compares_the_three_variants() {
         ("lda", "loglik_per_token")
     );
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
-    assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
-    assert!(!f.server_push);
+    assert_eq!(names, ["clock", "relative-magnitude", "bsp"]);
+    assert!(f.server_push);
     // The target is 90 % of the clock run's gain: that run reaches it.
     assert!(f.runs[0].reached_target, "{:?}", f.runs[0]);
     for r in &f.runs {
         assert!(r.sent_bytes > 0 && r.received_bytes > 0, "{r:?}");
         assert_eq!(r.curve.len(), 7, "the initial point and one per pass");
         assert_eq!(r.reached_target, r.bytes_to_target.is_some());
-        assert_eq!(r.managed_rows > 0, r.variant != "clock", "{r:?}");
+        assert_eq!(
+            r.managed_rows > 0,
+            r.variant == "relative-magnitude",
+            "{r:?}"
+        );
     }
     assert!(f.plots.iter().all(|p| std::path::Path::new(p).exists()));
 }

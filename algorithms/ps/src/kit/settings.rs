@@ -16,17 +16,19 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default)]
 pub struct ManagedSettings {
-    /// Managed communication (Bösen): while a clock computes, send the pending updates early
-    /// in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`. Unset:
-    /// updates leave only at the clock boundary.
+    /// Managed communication (Bösen): a clock sends only the rows older than the staleness
+    /// tolerance plus one priority batch, and a background sender sends the pending rows in
+    /// this order (fifo, random, relative-magnitude) paced at `managed_bytes_per_s` (ps-lda's
+    /// shards push too). Unset: updates leave only at the clock boundary.
     #[arg(long, value_enum)]
     pub managed: Option<SendPolicy>,
-    /// Slices a clock's compute is cut into (updates become pending slice by slice; managed
-    /// communication gets one tick per slice).
+    /// Slices a clock's compute is cut into under managed communication: updates become
+    /// pending slice by slice, and each slice reads its rows through the cache, so rows
+    /// that arrived meanwhile reach it.
     #[arg(long, default_value_t = 4)]
     pub compute_slices: u32,
-    /// Bandwidth budget of managed communication, bytes per second per worker (and, for
-    /// ps-mf's `server_push`, per shard).
+    /// Bandwidth budget of managed communication, bytes per second per worker (and per
+    /// shard for server push), clock sends included.
     #[arg(long, default_value_t = 1_000_000)]
     pub managed_bytes_per_s: u64,
 }
