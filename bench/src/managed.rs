@@ -10,11 +10,14 @@
 
 mod data;
 mod plot;
+mod summary;
 
 use plot::plot;
+pub use summary::VariantSummary;
+use summary::summarise_variant;
 
 use crate::BenchError;
-use crate::common::{PsClusterArgs, fmt_opt, json_table, median, ratio, save_and_print};
+use crate::common::{PsClusterArgs, fmt_opt, json_table, ratio, save_and_print};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
@@ -122,6 +125,9 @@ pub struct ManagedRun {
     pub iterations: u64,
     /// The min clock at the target.
     pub clocks_to_target: Option<u64>,
+    /// Seconds a worker waited for reads per clock (mean over workers): where the time
+    /// that is not compute goes.
+    pub wait_s_per_clock: f64,
     /// Clocks the workers completed (mean).
     pub clocks: f64,
     /// Bytes all workers sent and received in the run.
@@ -175,55 +181,6 @@ pub struct ManagedFigures {
     /// With `--fifo`: `fifo` over `relative-magnitude`.
     pub fifo_over_relative_magnitude: Option<f64>,
     pub plots: Vec<String>,
-}
-
-/// One variant's medians over the repeats.
-#[derive(Default, Debug, Clone, Serialize, PartialEq)]
-pub struct VariantSummary {
-    pub variant: String,
-    /// Repeats that reached the target, of `repeats`.
-    pub reached: usize,
-    /// Median time to target (a repeat that missed it counts as slower than all others;
-    /// `None` when half or more missed it).
-    pub time_to_target_s: Option<f64>,
-    /// Median clocks to target, the same way.
-    pub clocks_to_target: Option<f64>,
-    /// Median bytes per clock all workers sent, and both ways.
-    pub bytes_per_clock: Option<f64>,
-    pub both_ways_per_clock: Option<f64>,
-    /// Median seconds per clock (wall over clocks).
-    pub clock_s: Option<f64>,
-    pub cpu_cores: Option<f64>,
-    pub times: Vec<Option<f64>>,
-}
-
-/// The median of `values`, `None` counted above every number (`None` if it is the middle).
-fn median_missing(values: &[Option<f64>]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().map(|x| x.unwrap_or(f64::INFINITY)).collect();
-    v.sort_by(f64::total_cmp);
-    let m = *v.get(v.len().checked_sub(1)? / 2)?;
-    m.is_finite().then_some(m)
-}
-
-fn summarise_variant(name: &str, runs: &[ManagedRun]) -> VariantSummary {
-    let mine: Vec<&ManagedRun> = runs.iter().filter(|r| r.variant == name).collect();
-    let of =
-        |f: &dyn Fn(&ManagedRun) -> f64| median(&mine.iter().map(|r| f(r)).collect::<Vec<_>>());
-    let times: Vec<Option<f64>> = mine.iter().map(|r| r.time_to_target_s).collect();
-    let clocks: Vec<Option<f64>> = (mine.iter())
-        .map(|r| r.clocks_to_target.map(|c| c as f64))
-        .collect();
-    VariantSummary {
-        variant: name.to_string(),
-        reached: mine.iter().filter(|r| r.reached_target).count(),
-        time_to_target_s: median_missing(&times),
-        clocks_to_target: median_missing(&clocks),
-        bytes_per_clock: of(&|r| r.bytes_per_clock),
-        both_ways_per_clock: of(&|r| r.both_ways_per_clock),
-        clock_s: of(&|r| r.wall_s / r.clocks.max(1.0)),
-        cpu_cores: of(&|r| r.cpu_cores),
-        times,
-    }
 }
 
 /// A variant: its name, whether it runs under BSP, and its managed order.
@@ -286,7 +243,7 @@ fn traffic(
     received: &[u64],
     clocks: &[u64],
     mean_staleness: f64,
-    wall_s: f64,
+    (wall_s, wait_s): (f64, &[f64]),
 ) -> ManagedRun {
     let (sent, received) = (sent.iter().sum::<u64>(), received.iter().sum::<u64>());
     let clocks = clocks.iter().sum::<u64>() as f64 / clocks.len().max(1) as f64;
@@ -297,9 +254,11 @@ fn traffic(
             0.0
         }
     };
+    let wait = wait_s.iter().sum::<f64>() / wait_s.len().max(1) as f64;
     ManagedRun {
         variant: name.to_string(),
         clocks,
+        wait_s_per_clock: if clocks > 0.0 { wait / clocks } else { 0.0 },
         sent_bytes: sent,
         received_bytes: received,
         bytes_per_clock: per_clock(sent),
@@ -333,7 +292,7 @@ fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
             &m.per_worker_received_bytes,
             &m.worker_clocks,
             m.read_staleness.mean,
-            m.lda.elapsed_s,
+            (m.lda.elapsed_s, &m.per_worker_wait_s),
         )
     }
 }
@@ -397,7 +356,7 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
         &r.per_worker_received_bytes,
         &r.worker_clocks,
         r.staleness.mean,
-        r.wall_s,
+        (r.wall_s, &r.per_worker_wait_s),
     );
     ManagedRun {
         reached_target: r.reached_target,
@@ -570,7 +529,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     json_table(
         &figures.summaries,
         "variant reached time_to_target_s clocks_to_target bytes_per_clock both_ways_per_clock \
-         clock_s cpu_cores",
+         clock_s wait_s_per_clock cpu_cores",
     )
     .print();
     println!(
