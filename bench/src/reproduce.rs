@@ -172,6 +172,23 @@ fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
             ),
             verdict: Verdict::of(both, |v| v > 0.5),
         });
+        let (cm, cv) = (
+            num(a, "essp_over_ssp_content_staleness_mean"),
+            num(a, "essp_over_ssp_content_staleness_variance"),
+        );
+        out.push(Claim {
+            paper: "ESSP (Dai et al., AAAI 2015)",
+            claim: "ESSP's staleness measured by content (per read and other writer, the clocks \
+                    of its updates the copy lacks) has a lower mean and variance than SSP's",
+            command: CONSISTENCY,
+            paper_figure: "ESSP's staleness lower and less variable",
+            petrel_figure: format!(
+                "{app}: ESSP/SSP content staleness mean {}, variance {}",
+                show(cm, ""),
+                show(cv, "")
+            ),
+            verdict: Verdict::of(cm.zip(cv).map(|(m, v)| m.max(v)), |v| v < 1.0),
+        });
         let iters = num(a, "ssp_iterations_largest_over_best");
         out.push(Claim {
             paper: "SSP (Ho et al., NIPS 2013)",
@@ -236,6 +253,44 @@ fn adarevision_claims(ada: Option<&Value>, out: &mut Vec<Claim>) {
             verdict: Verdict::of(r, |v| v <= 1.05),
         });
     }
+    let sum = ada.and_then(|x| x.get("delay_summary"));
+    let range = sum
+        .and_then(|s| s.get("delay_range")?.as_array().cloned())
+        .map_or("-".into(), |r| {
+            let d: Vec<String> = r.iter().map(Value::to_string).collect();
+            d.join(" to ")
+        });
+    let (ar, ag) = (
+        num(sum, "adarevision_degradation"),
+        num(sum, "adagrad_degradation"),
+    );
+    let command = "petrel bench adarevision --json-out docs/figures/adarevision.json";
+    out.push(Claim {
+        paper: "AdaRevision (McMahan & Streeter, NIPS 2014; in Bösen)",
+        claim: "AdaRevision's best loss degrades less than Adagrad's as the delay grows \
+                (sparse power-law LR, injected delay in updates)",
+        command,
+        paper_figure: "robust to delays of 1,000 updates and more",
+        petrel_figure: format!(
+            "best loss at the largest / the smallest delay ({range}): AdaRevision {}, Adagrad {}",
+            show(ar, "x"),
+            show(ag, "x")
+        ),
+        verdict: Verdict::of(ar.zip(ag).map(|(a, g)| a / g), |v| v < 1.0),
+    });
+    let spread = num(sum, "adarevision_best_alpha_spread");
+    out.push(Claim {
+        paper: "AdaRevision (McMahan & Streeter, NIPS 2014; in Bösen)",
+        claim: "AdaRevision's best alpha stays within a factor of 3 across delays",
+        command,
+        paper_figure: "one step size for every delay",
+        petrel_figure: format!(
+            "best alpha largest / smallest over the delays ({range}): {} (Adagrad {})",
+            show(spread, "x"),
+            show(num(sum, "adagrad_best_alpha_spread"), "x")
+        ),
+        verdict: Verdict::of(spread, |v| v <= 3.0),
+    });
 }
 
 /// P3's claims, per model, from `p3-<model>.json`.
@@ -421,6 +476,25 @@ mod tests {
             "{essp:?}"
         );
         assert_eq!(essp.verdict, Verdict::DoesNotHold);
+        std::fs::write(
+            dir.path().join("adarevision.json"),
+            r#"{"apps": {}, "delay_summary": {"delay_range": [0, 10000],
+                "adarevision_degradation": 1.2, "adagrad_degradation": 1.5,
+                "adarevision_best_alpha_spread": 10.0, "adagrad_best_alpha_spread": 3.0}}"#,
+        )
+        .unwrap();
+        let c = claims(dir.path()).unwrap();
+        let delay: Vec<_> = (c.iter())
+            .filter(|c| c.petrel_figure.contains("(0 to 10000)"))
+            .collect();
+        assert_eq!(delay.len(), 2, "{c:?}");
+        assert_eq!(delay[0].verdict, Verdict::Holds, "1.2 / 1.5 < 1");
+        assert!(
+            delay[0]
+                .petrel_figure
+                .contains("AdaRevision 1.20x, Adagrad 1.50x")
+        );
+        assert_eq!(delay[1].verdict, Verdict::DoesNotHold, "a spread of 10 > 3");
         std::fs::write(dir.path().join("adarevision.json"), "not json").unwrap();
         let e = claims(dir.path()).unwrap_err().to_string();
         assert!(e.contains("not a figures file"), "{e}");

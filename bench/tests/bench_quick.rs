@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use petrel_bench::{adarevision, consistency, managed};
-use petrel_ps::ConsistencyModel;
+use petrel_ps::{ConsistencyModel, ServerRule};
 
 /// `A` parsed from `flags` (split at whitespace), as `petrel bench <name> FLAGS` parses them.
 fn parse<A: clap::Args>(flags: &str) -> A {
@@ -123,12 +123,12 @@ fn managed_quick_on_lda_compares_the_three_variants() {
 #[test]
 fn adarevision_quick_runs_each_rule_of_the_grid() {
     let (_dir, a) = parse_in::<adarevision::AdaRevisionBenchArgs>(
-        "--quick --apps lr --max-seconds 2 --json-out {dir}/a.json",
+        "--quick --apps lr --max-seconds 2 --delays 0,40 --json-out {dir}/a.json",
     );
     let f = adarevision::measure(&a).unwrap();
     let lr = &f.apps["lr"];
-    // Two grid points each for sgd and adagrad, and adarevision at two plus its default.
-    assert_eq!(lr.runs.len(), 7);
+    // Two grid points per rule; adarevision's default step (0.1) is one of them.
+    assert_eq!(lr.runs.len(), 6);
     assert_eq!(lr.best.len(), 3);
     for r in &lr.runs {
         assert!(
@@ -136,10 +136,32 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
             "{r:?}"
         );
     }
-    // Untuned: alpha = sqrt(2) * the solution's scale (1 for LR), not a grid point.
-    assert!((lr.adarevision_default.0 - std::f32::consts::SQRT_2).abs() < 1e-6);
-    assert!(lr.default_alpha_from.contains("sqrt(2)"));
+    // Untuned: Bösen's alpha, a grid point of the quick grid.
+    assert_eq!(lr.adarevision_default.0, 0.1);
+    assert!(lr.default_alpha_from.contains("Bösen"));
     assert!(lr.lowest_final_loss.is_some());
+    // The delay sweep: both delays, each rule at its two grid points (0.1 among them).
+    assert_eq!(
+        f.delays.iter().map(|d| d.delay).collect::<Vec<_>>(),
+        [0, 40]
+    );
+    for d in &f.delays {
+        assert_eq!(d.runs.len(), 6, "{d:?}");
+        assert!(d.runs.iter().all(|r| r.losses.len() == 1));
+        // Each rule's best is its lowest median over the grid.
+        let best = |rule| {
+            (d.runs.iter().filter(|r| r.rule == rule))
+                .filter_map(|r| r.median_loss)
+                .min_by(f64::total_cmp)
+        };
+        assert_eq!(d.adarevision_best_loss, best(ServerRule::AdaRevision));
+        assert_eq!(d.adagrad_best_loss, best(ServerRule::Adagrad));
+        assert_eq!(d.sgd_best_loss, best(ServerRule::Sgd));
+        assert!(d.adarevision_best_loss.is_some_and(|l| l > 0.0), "{d:?}");
+        assert!(d.adarevision_default_loss.is_some());
+    }
+    assert_eq!(f.delay_summary.delay_range, Some((0, 40)));
+    assert!(f.delay_summary.adarevision_degradation.is_some());
 }
 
 #[test]
