@@ -399,7 +399,8 @@ fn skewed_data(args: &ManagedBenchArgs) -> Result<Option<PathBuf>, BenchError> {
     if args.skew <= 0.0 {
         return Ok(None);
     }
-    let dir = args.plot_dir.join("managed-data");
+    // A temporary directory, removed after the runs: the seed makes the data again.
+    let dir = std::env::temp_dir().join(format!("petrel-managed-data-{}", std::process::id()));
     let path = match args.app {
         ManagedApp::Mf => {
             let path = dir.join(format!("ratings-skew{}.txt", args.skew));
@@ -477,6 +478,9 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
             let run = run_variant(args, v, data.as_deref())?;
             runs.push(ManagedRun { repeat, ..run });
         }
+    }
+    if let Some(dir) = data.as_deref().and_then(Path::parent) {
+        let _ = std::fs::remove_dir_all(dir);
     }
     let target = if lda {
         lda_targets(args, &mut runs)
