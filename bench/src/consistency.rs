@@ -114,7 +114,7 @@ pub struct ConsistencyRun {
     /// Mean observed staleness per worker, MF only.
     pub per_worker_mean_staleness: Vec<f64>,
     /// Content staleness (per read and other writer, the clocks of its updates the copy
-    /// lacked), mean and variance; LR only.
+    /// lacked), mean and variance.
     pub content_staleness_mean: Option<f64>,
     pub content_staleness_variance: Option<f64>,
     pub wall_s: f64,
@@ -188,7 +188,7 @@ pub struct ConsistencyAppFigures {
     /// Mean observed staleness of ESSP over SSP's, averaged over the common bounds > 0.
     pub essp_over_ssp_mean_staleness: Option<f64>,
     pub essp_over_ssp_staleness_variance: Option<f64>,
-    /// The same ratios of content staleness (LR only).
+    /// The same ratios of content staleness.
     pub essp_over_ssp_content_staleness_mean: Option<f64>,
     pub essp_over_ssp_content_staleness_variance: Option<f64>,
     /// Iterations to target at the largest bound over at the best bound (SSP).
@@ -299,7 +299,10 @@ fn run_one(
             let cfg = mf_config(args, model, s);
             let r = c.run::<PsMf>(cfg, t, shape(args)).map_err(fail)?.metrics;
             let per_worker = &r.per_worker_staleness;
+            let content = Some(r.content_staleness).filter(|c| c.count > 0);
             ConsistencyRun {
+                content_staleness_mean: content.map(|c| c.mean),
+                content_staleness_variance: content.map(|c| c.variance),
                 staleness: r.staleness_bound,
                 staleness_variance_between_workers: Some(StalenessReport::between_variance(
                     per_worker,

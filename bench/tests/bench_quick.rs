@@ -38,6 +38,15 @@ fn consistency_quick_runs_every_model_and_respects_the_bounds() {
         for r in &fig.runs {
             assert!(r.mean_staleness >= 0.0 && r.staleness_variance >= 0.0);
             assert!(r.mean_staleness <= r.max_staleness as f64 + 1e-9);
+            // A copy holds every writer's clocks up to its row clock, often more: by content
+            // a read is never staler; under BSP it lacks nothing.
+            let content = r
+                .content_staleness_mean
+                .expect("content staleness measured");
+            assert!(content <= r.mean_staleness + 1e-9, "{app} {r:?}");
+            if r.model == ConsistencyModel::Bsp {
+                assert_eq!(content, 0.0, "{app} {r:?}");
+            }
             match r.model {
                 ConsistencyModel::Async => assert_eq!(r.staleness, None),
                 ConsistencyModel::Bsp => assert_eq!(r.staleness, Some(0)),

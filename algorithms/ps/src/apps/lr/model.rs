@@ -240,6 +240,7 @@ pub struct PsLrResult {
     pub staleness: StalenessReport,
     /// Content staleness of the weight reads: per read and other worker, the clocks of its
     /// updates the copy lacked.
+    #[serde(default)]
     pub content_staleness: StalenessReport,
     /// What each worker's reads cost (round trips, time blocked).
     #[serde(default)]

@@ -215,11 +215,18 @@ impl PsMfSettings {
             ),
             None => (model_width, UpdateRuleSpec::Sum),
         };
-        Ok(TablesBuilder::new()
+        let tables = TablesBuilder::new()
             .dense("users", width, Consistency::Async)
             .rule(spec.clone())
             .dense("items", width, self.consistency())
             .rule(spec)
-            .build()?)
+            .build()?;
+        // The items reads are the shared ones: their staleness is measured by content too.
+        Ok((tables.into_iter())
+            .map(|t| {
+                let items = t.name == "items";
+                t.with_content_clocks(items)
+            })
+            .collect())
     }
 }

@@ -276,12 +276,14 @@ impl PsApp for PsMf {
             let slices = cfg.comm.slices();
             let per_slice = per_clock / slices as u32;
             for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
-                if k > 0 {
-                    // Reads go through the cache: rows pushed since the last slice (and own
-                    // writes) reach this one.
+                if slices > 1 {
+                    // Reads go through the cache: the slice's rows, with what was pushed
+                    // since the last slice and own writes; only they get deltas.
                     let t_read = Instant::now();
-                    qi = local(ITEMS, &items, &client.get_many(ITEMS, &item_ids).await?);
-                    pu = local(USERS, &users, &client.get_many(USERS, &user_ids).await?);
+                    let slice = &batch[range.clone()];
+                    let (su, si) = (distinct(slice, |e| e.0), distinct(slice, |e| e.1));
+                    qi = local(ITEMS, &si, &client.get_many(ITEMS, &row_ids(&si)).await?);
+                    pu = local(USERS, &su, &client.get_many(USERS, &row_ids(&su)).await?);
                     st.wait_s += t_read.elapsed().as_secs_f64();
                 }
                 let (old_u, old_i) = (pu.clone(), qi.clone());
@@ -397,6 +399,7 @@ impl PsApp for PsMf {
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
             per_worker_staleness: m.reports.iter().map(|r| r.staleness.report()).collect(),
+            content_staleness: m.content_staleness().report(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
             per_worker_received_bytes: m.reports.iter().map(|r| r.received_bytes).collect(),
