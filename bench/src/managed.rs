@@ -67,6 +67,9 @@ pub struct ManagedBenchArgs {
     pub compute_slices: u32,
     #[arg(long, default_value_t = 0.4)]
     pub target_rmse: f64,
+    /// MF: the SGD step (hot users and items of skewed data take many steps a clock).
+    #[arg(long, default_value_t = 0.05)]
+    pub learning_rate: f32,
     /// LDA: the target log-likelihood per token (unset: 90 % of the way from the clock
     /// run's initial to its final value).
     #[arg(long, allow_hyphen_values = true)]
@@ -128,6 +131,9 @@ pub struct ManagedRun {
     /// Seconds a worker waited for reads per clock (mean over workers): where the time
     /// that is not compute goes.
     pub wait_s_per_clock: f64,
+    /// LDA: seconds per clock a worker spent sampling (mean over workers); the rest of a
+    /// clock, beside `wait_s_per_clock`, is the worker thread's other work.
+    pub sweep_s_per_clock: Option<f64>,
     /// Clocks the workers completed (mean).
     pub clocks: f64,
     /// Bytes all workers sent and received in the run.
@@ -272,7 +278,10 @@ fn traffic(
 /// An LDA run's figures (the target by [`lda_targets`]).
 fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
     let cpi = u64::from(m.clocks_per_iteration.max(1));
+    let clocks = m.worker_clocks.iter().sum::<u64>().max(1) as f64;
+    let sweep = m.per_worker_sweep_s.iter().sum::<f64>();
     ManagedRun {
+        sweep_s_per_clock: Some(sweep / clocks),
         iterations: m.lda.iterations as u64,
         final_value: m.lda.final_loglik_per_token,
         managed_rows: m.managed_rows_sent,
@@ -345,6 +354,7 @@ fn config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsMfSetti
         server_push_tick_ms: args.server_push_tick_ms,
         // The comparison is of when updates leave: no prefetch spending the link on reads.
         no_prefetch: true,
+        learning_rate: args.learning_rate,
         ..crate::common::ps_mf(args.quick)
     }
 }
@@ -533,7 +543,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     json_table(
         &figures.summaries,
         "variant reached time_to_target_s clocks_to_target bytes_per_clock both_ways_per_clock \
-         clock_s wait_s_per_clock cpu_cores",
+         clock_s wait_s_per_clock sweep_s_per_clock cpu_cores",
     )
     .print();
     println!(

@@ -22,6 +22,8 @@ pub struct VariantSummary {
     pub clock_s: Option<f64>,
     /// Median seconds per clock a worker waited for reads.
     pub wait_s_per_clock: Option<f64>,
+    /// LDA: median seconds per clock a worker sampled.
+    pub sweep_s_per_clock: Option<f64>,
     pub cpu_cores: Option<f64>,
     pub times: Vec<Option<f64>>,
 }
@@ -51,6 +53,12 @@ pub(super) fn summarise_variant(name: &str, runs: &[ManagedRun]) -> VariantSumma
         both_ways_per_clock: of(&|r| r.both_ways_per_clock),
         clock_s: of(&|r| r.wall_s / r.clocks.max(1.0)),
         wait_s_per_clock: of(&|r| r.wait_s_per_clock),
+        sweep_s_per_clock: median(
+            &mine
+                .iter()
+                .filter_map(|r| r.sweep_s_per_clock)
+                .collect::<Vec<_>>(),
+        ),
         cpu_cores: of(&|r| r.cpu_cores),
         times,
     }

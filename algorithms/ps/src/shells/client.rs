@@ -499,15 +499,6 @@ impl PsClient {
         }
     }
 
-    /// One background send of `manager` now (the pacer's time is this client's age): the
-    /// oplog rows it picks as early batches. Returns the number of rows sent.
-    pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, PsError> {
-        self.check()?;
-        let now_s = self.epoch.elapsed().as_secs_f64();
-        let batches = manager.tick(&mut self.shared.borrow_mut().core, now_s);
-        send_batches(&self.shards, batches).map_err(|e| self.failed(e))
-    }
-
     /// Starts managed communication with `manager`: `Inc`s accumulate priorities, `clock()`
     /// sends what the manager forces, and a background task on this thread sends the top
     /// rows whenever the pacer allows, while the worker computes or waits.
