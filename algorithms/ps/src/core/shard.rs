@@ -696,7 +696,12 @@ impl PsShardCore {
         }
         let chosen = match budget {
             Some(b) => push.manager.select(cands, b),
-            None => cands.iter().map(|c| (c.table, c.row)).collect(),
+            // Every row, in row order (as ESSP's pushes).
+            None => {
+                let mut all: Vec<_> = cands.iter().map(|c| (c.table, c.row)).collect();
+                all.sort();
+                all
+            }
         };
         let mut per: BTreeMap<(WorkerId, TableId), Vec<(RowId, SharedRow)>> = BTreeMap::new();
         let (mut bytes, mut rows_sent) = (0u64, 0u64);
