@@ -210,12 +210,14 @@ fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mu
         (
             "MF",
             managed,
-            "petrel bench managed --json-out docs/figures/managed.json",
+            "petrel bench managed --mbit 25 --target-rmse 0.3 --max-seconds 30 --plot-dir \
+             docs/figures --json-out docs/figures/managed.json",
         ),
         (
             "LDA",
             managed_lda,
-            "petrel bench managed --app lda --json-out docs/figures/managed-lda.json",
+            "petrel bench managed --app lda --mbit 45 --max-seconds 60 --plot-dir docs/figures \
+             --json-out docs/figures/managed-lda.json",
         ),
     ] {
         let ratio = num(figures, "speedup_vs_clock");
