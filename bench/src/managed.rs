@@ -410,7 +410,11 @@ fn skewed_data(args: &ManagedBenchArgs) -> Result<Option<PathBuf>, BenchError> {
         return Ok(None);
     }
     // A temporary directory, removed after the runs: the seed makes the data again.
-    let dir = std::env::temp_dir().join(format!("petrel-managed-data-{}", std::process::id()));
+    // One per call: measurements may run side by side in one process (tests).
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    let dir = std::env::temp_dir().join(format!("petrel-managed-data-{pid}-{call}"));
     let path = match args.app {
         ManagedApp::Mf => {
             let path = dir.join(format!("ratings-skew{}.txt", args.skew));
