@@ -751,14 +751,16 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
         Box::pin(async move {
             let lay = c.layout().clone();
             let node = NODE.with(|n| n.borrow().clone()).ok_or("no node")?;
-            // Rows 0..4 get small updates, row 5 a large one: a budget of one row per tick
-            // sends row 5 first.
+            // Rows 0..4 get small updates, row 5 a large one: a batch of one row sends row 5
+            // first, and the pacer (one row per 4 s) holds the rest back.
+            let mut m = BandwidthManager::new(10, SendPolicy::RelativeMagnitude, 1);
+            m.batch_bytes = 50;
+            c.start_managed(m);
             for r in 0..4 {
                 c.inc(T, RowId(r), 0, 0.01).map_err(|e| e.to_string())?;
             }
             c.inc(T, RowId(5), 0, 50.0).map_err(|e| e.to_string())?;
-            let mut m = BandwidthManager::new(50, SendPolicy::RelativeMagnitude, 1);
-            let sent = c.managed_tick(&mut m).map_err(|e| e.to_string())?;
+            let sent = c.pace().map_err(|e| e.to_string())?;
             if sent != 1 {
                 return Err(format!("sent {sent} rows"));
             }

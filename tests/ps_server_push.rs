@@ -67,7 +67,9 @@ fn server_push_reaches_another_workers_cache_before_its_next_miss_within_the_bud
                 let mut core = PsShardCore::new(2, tables).map_err(|e| e.to_string())?;
                 core.enable_server_push(ServerPushConfig {
                     policy: SendPolicy::RelativeMagnitude,
-                    budget_bytes_per_tick: budget,
+                    // Unpaced: one batch per tick, the budget.
+                    bytes_per_s: u64::MAX,
+                    batch_bytes: budget,
                     tick_ms: 5,
                     seed: 1,
                 });
@@ -129,6 +131,7 @@ fn server_push_reaches_another_workers_cache_before_its_next_miss_within_the_bud
         bytes,
         rows,
         max_tick_bytes,
+        ..
     } = s.server_push;
     assert!(
         max_tick_bytes <= budget as u64,

@@ -2,17 +2,21 @@
 //! of a grid, on logistic regression and MF over the parameter server, each run its own
 //! in-process cluster read without a bound (`async`) under transient stragglers. The
 //! figures: each rule's best time to target, and AdaRevision's at its untuned default step
-//! ([`alpha_for_radius`] of the solution's scale). A diverged run did not reach the target.
+//! (Bösen's `alpha` = [`ServerRule::DEFAULT_ALPHA`]). A diverged run did not reach the target.
+//!
+//! Then the delay sweep ([`delays`]): sparse logistic regression with power-law features,
+//! the shards holding every update back for `d` later updates, each rule's best final loss
+//! over its grid (median of interleaved repeats) per delay.
 
 use crate::BenchError;
 use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, fmt_opt, save_and_print};
 use petrel_actors::Transport;
-use petrel_ps::apps::mf::PsMfData;
-use petrel_ps::core::rules::alpha_for_radius;
 use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrSettings, PsMf, PsMfSettings, ServerRule};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+pub mod delays;
 
 /// `petrel bench adarevision`.
 #[derive(clap::Args, Debug, Clone)]
@@ -46,8 +50,7 @@ pub struct AdaRevisionBenchArgs {
     /// Adagrad/AdaRevision grid, `mf`.
     #[arg(long, value_delimiter = ',', default_value = "0.03,0.1,0.3,1,3")]
     pub mf_ada_grid: Vec<f32>,
-    /// AdaRevision's untuned step per app (lr, mf); unset: derived from the solution's
-    /// scale (see the module docs).
+    /// AdaRevision's untuned step per app (lr, mf); unset: Bösen's default, 0.1.
     #[arg(long, value_delimiter = ',')]
     pub default_alpha: Vec<f32>,
     /// Targets: LR log-loss, MF RMSE.
@@ -58,6 +61,8 @@ pub struct AdaRevisionBenchArgs {
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 15.0)]
     pub max_seconds: f64,
+    #[command(flatten)]
+    pub sweep: delays::DelaySweepArgs,
     /// Two grid points per rule, small data: for tests.
     #[arg(long)]
     pub quick: bool,
@@ -102,6 +107,10 @@ pub struct AdaRevisionFigures {
     pub consistency: ConsistencyModel,
     pub quick: bool,
     pub apps: BTreeMap<String, AdaRevisionAppFigures>,
+    /// The delay sweep, one entry per injected delay.
+    pub delays: Vec<delays::DelayFigures>,
+    /// The sweep's summary (degradations, the best steps' spread).
+    pub delay_summary: delays::DelaySummary,
 }
 
 fn run_one(
@@ -147,7 +156,7 @@ fn run_one(
 
 /// Whether a run failed because its loss became NaN or infinite (also through a role's
 /// error text).
-fn diverged(e: &PsError) -> bool {
+pub(crate) fn diverged(e: &PsError) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(x) = cur {
         if let Some(petrel_ml::MlError::Diverged { .. }) = x.downcast_ref::<petrel_ml::MlError>() {
@@ -185,52 +194,24 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfS
     }
 }
 
-/// AdaRevision's untuned step for `app` and how it was set (`--default-alpha` wins).
-fn default_alpha(
-    args: &AdaRevisionBenchArgs,
-    k: usize,
-    app: &str,
-) -> Result<(f32, String), BenchError> {
-    if let Some(a) = args
-        .default_alpha
-        .get(k)
-        .or(args.default_alpha.first())
-        .copied()
-    {
-        return Ok((a, "--default-alpha".into()));
+/// AdaRevision's untuned step for app number `k` and how it was set (`--default-alpha`
+/// wins).
+fn default_alpha(args: &AdaRevisionBenchArgs, k: usize) -> (f32, String) {
+    match args.default_alpha.get(k).or(args.default_alpha.first()) {
+        Some(&a) => (a, "--default-alpha".into()),
+        None => (ServerRule::DEFAULT_ALPHA, "Bösen's default".into()),
     }
-    Ok(match app {
-        "mf" => {
-            let cfg = mf_config(args, ServerRule::AdaRevision, 1.0);
-            let data = PsMfData::load(&cfg).map_err(BenchError::run(format!(
-                "{app} {:?} alpha 1",
-                ServerRule::AdaRevision
-            )))?;
-            let r = data.factor_scale(cfg.rank);
-            (
-                alpha_for_radius(r),
-                format!(
-                    "sqrt(2) * factor scale {r:.3} (ratings' sd, rank {})",
-                    cfg.rank
-                ),
-            )
-        }
-        _ => (
-            alpha_for_radius(1.0),
-            "sqrt(2) * 1 (unit-scale features, weights of order one)".into(),
-        ),
-    })
 }
 
 /// A rule's name in the JSON (`sgd`, `adagrad`, `adarevision`).
-fn rule_name(r: ServerRule) -> String {
+pub(crate) fn rule_name(r: ServerRule) -> String {
     format!("{r:?}").to_lowercase()
 }
 
 /// Runs the grids and returns the figures (tables printed as it goes).
 pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, BenchError> {
     let mut apps = BTreeMap::new();
-    for (k, app) in args.apps.iter().enumerate() {
+    for (k, app) in args.apps.iter().enumerate().filter(|(_, a)| !a.is_empty()) {
         let (sgd, ada, target) = match app.as_str() {
             "mf" => (&args.mf_sgd_grid, &args.mf_ada_grid, args.target_rmse),
             _ => (&args.lr_sgd_grid, &args.lr_ada_grid, args.target_log_loss),
@@ -238,7 +219,7 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, BenchE
         let limit = if args.quick { 2 } else { usize::MAX };
         let pick = |g: &Vec<f32>| -> Vec<f32> { g.iter().copied().take(limit).collect() };
         let (sgd, ada) = (pick(sgd), pick(ada));
-        let (default_alpha, default_alpha_from) = default_alpha(args, k, app)?;
+        let (default_alpha, default_alpha_from) = default_alpha(args, k);
         let mut revision = ada.clone();
         if !revision.contains(&default_alpha) {
             revision.push(default_alpha);
@@ -307,10 +288,13 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, BenchE
         );
         apps.insert(app.clone(), figures);
     }
+    let (delays, delay_summary) = delays::sweep(args)?;
     Ok(AdaRevisionFigures {
         consistency: args.consistency,
         quick: args.quick,
         apps,
+        delays,
+        delay_summary,
     })
 }
 

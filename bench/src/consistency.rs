@@ -113,6 +113,10 @@ pub struct ConsistencyRun {
     pub staleness_variance_between_workers: Option<f64>,
     /// Mean observed staleness per worker, MF only.
     pub per_worker_mean_staleness: Vec<f64>,
+    /// Content staleness (per read and other writer, the clocks of its updates the copy
+    /// lacked), mean and variance.
+    pub content_staleness_mean: Option<f64>,
+    pub content_staleness_variance: Option<f64>,
     pub wall_s: f64,
     pub per_clock: Option<ClockBreakdown>,
 }
@@ -184,6 +188,9 @@ pub struct ConsistencyAppFigures {
     /// Mean observed staleness of ESSP over SSP's, averaged over the common bounds > 0.
     pub essp_over_ssp_mean_staleness: Option<f64>,
     pub essp_over_ssp_staleness_variance: Option<f64>,
+    /// The same ratios of content staleness.
+    pub essp_over_ssp_content_staleness_mean: Option<f64>,
+    pub essp_over_ssp_content_staleness_variance: Option<f64>,
     /// Iterations to target at the largest bound over at the best bound (SSP).
     pub ssp_iterations_largest_over_best: Option<f64>,
     pub plot: String,
@@ -292,7 +299,10 @@ fn run_one(
             let cfg = mf_config(args, model, s);
             let r = c.run::<PsMf>(cfg, t, shape(args)).map_err(fail)?.metrics;
             let per_worker = &r.per_worker_staleness;
+            let content = Some(r.content_staleness).filter(|c| c.count > 0);
             ConsistencyRun {
+                content_staleness_mean: content.map(|c| c.mean),
+                content_staleness_variance: content.map(|c| c.variance),
                 staleness: r.staleness_bound,
                 staleness_variance_between_workers: Some(StalenessReport::between_variance(
                     per_worker,
@@ -310,8 +320,11 @@ fn run_one(
         ConsistencyApp::Lr => {
             let cfg = lr_config(args, model, s);
             let r = c.run::<PsLr>(cfg, t, shape(args)).map_err(fail)?.metrics;
+            let content = Some(r.content_staleness).filter(|c| c.count > 0);
             ConsistencyRun {
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
+                content_staleness_mean: content.map(|c| c.mean),
+                content_staleness_variance: content.map(|c| c.variance),
                 ..common!(r)
             }
         }
@@ -363,12 +376,11 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
             Some((r, at(ConsistencyModel::Essp, s)?))
         })
         .collect();
-    let mean_ratio = |f: fn(&ConsistencyRun) -> f64| {
-        let (e, s): (f64, f64) = pairs
-            .iter()
-            .map(|(s, e)| (f(e), f(s)))
-            .fold((0.0, 0.0), |acc, x| (acc.0 + x.0, acc.1 + x.1));
-        (!pairs.is_empty() && s > 0.0).then(|| e / s)
+    // Over the pairs where both runs have the figure.
+    let ratio_of = |f: fn(&ConsistencyRun) -> Option<f64>| {
+        let both: Vec<(f64, f64)> = (pairs.iter()).filter_map(|(s, e)| f(e).zip(f(s))).collect();
+        let (e, s) = (both.iter()).fold((0.0, 0.0), |acc, x| (acc.0 + x.0, acc.1 + x.1));
+        (!both.is_empty() && s > 0.0).then(|| e / s)
     };
     let largest = runs
         .iter()
@@ -379,8 +391,10 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
         bsp_over_best_ssp: ratio(bsp, ssp.map(|b| b.1)),
         best_ssp_staleness: ssp.map(|b| b.0),
         best_ssp_over_best_essp: ratio(ssp.map(|b| b.1), essp.map(|b| b.1)),
-        essp_over_ssp_mean_staleness: mean_ratio(|r| r.mean_staleness),
-        essp_over_ssp_staleness_variance: mean_ratio(|r| r.staleness_variance),
+        essp_over_ssp_mean_staleness: ratio_of(|r| Some(r.mean_staleness)),
+        essp_over_ssp_staleness_variance: ratio_of(|r| Some(r.staleness_variance)),
+        essp_over_ssp_content_staleness_mean: ratio_of(|r| r.content_staleness_mean),
+        essp_over_ssp_content_staleness_variance: ratio_of(|r| r.content_staleness_variance),
         ssp_iterations_largest_over_best: match (largest, ssp) {
             (Some(l), Some(b)) if b.2 > 0 => Some(l.iterations as f64 / b.2 as f64),
             _ => None,
@@ -444,7 +458,8 @@ pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, BenchE
 fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
     println!("{app} (target {})", f.target);
     let keys = "model staleness reached_target time_to_target_s iterations mean_staleness \
-                staleness_variance staleness_variance_between_workers max_staleness wall_s";
+                staleness_variance staleness_variance_between_workers max_staleness \
+                content_staleness_mean content_staleness_variance wall_s";
     json_table(&f.runs, keys).print();
     println!(
         "per clock (ms): the job's pace (time to target over min-clock iterations), then per \
@@ -464,12 +479,14 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
     json_table(per_clock, keys).print();
     println!(
         "bsp / best ssp (s={}): {}x; best ssp / best essp: {}x; essp/ssp mean staleness {}, \
-         variance {}; plot {}\n",
+         variance {}; content staleness mean {}, variance {}; plot {}\n",
         f.best_ssp_staleness.map_or("-".into(), |s| s.to_string()),
         fmt_opt(f.bsp_over_best_ssp),
         fmt_opt(f.best_ssp_over_best_essp),
         fmt_opt(f.essp_over_ssp_mean_staleness),
         fmt_opt(f.essp_over_ssp_staleness_variance),
+        fmt_opt(f.essp_over_ssp_content_staleness_mean),
+        fmt_opt(f.essp_over_ssp_content_staleness_variance),
         f.plot
     );
 }

@@ -1,13 +1,23 @@
 //! `petrel bench managed`: Bösen's managed communication on MF (or LDA, `--app lda`), every
-//! node's egress shaped to `--mbit`, three variants on their own in-process clusters:
-//! `clock` (updates leave at the clock boundary), `fifo` (managed both ways within a budget
-//! of the link, oldest first; shards push changed rows) and `relative-magnitude` (largest
-//! `|delta| / |value|` first). Reported: time, iterations and bytes to the target, and the
-//! curve against time and bytes. LDA's target defaults to 90 % of the clock run's gain.
+//! node's egress shaped to `--mbit`, on data with power-law popularity (`--skew`), the
+//! variants on their own in-process clusters, interleaved over `--repeats`: `clock`
+//! (updates leave at the clock boundary, SSP), `relative-magnitude` (managed both ways
+//! within `--budget-fraction` of the link: aged rows at clocks, the top rows in between,
+//! shards pushing) and `bsp` (clock boundary under BSP, the bound on freshness); `--fifo`
+//! adds managed in oldest-first order. Reported: medians of time, clocks and bytes to the
+//! target, the CPU the process used, and the curves. LDA's target defaults to 90 % of the
+//! way from the first clock run's initial to its final value.
+
+mod data;
+mod plot;
+mod summary;
+
+use plot::plot;
+pub use summary::VariantSummary;
+use summary::summarise_variant;
 
 use crate::BenchError;
 use crate::common::{PsClusterArgs, fmt_opt, json_table, ratio, save_and_print};
-use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
@@ -39,8 +49,9 @@ pub struct ManagedBenchArgs {
     #[arg(long, default_value_t = 20.0)]
     pub mbit: f64,
     /// The managed budget (per worker, and per shard for server push) as a fraction of the
-    /// link rate: Bösen spends the bandwidth that reads and clock flushes leave over.
-    #[arg(long, default_value_t = 0.25)]
+    /// link rate: Bösen spends the bandwidth that clock flushes leave over (a flush taking
+    /// a third of a clock leaves two thirds).
+    #[arg(long, default_value_t = 0.67)]
     pub budget_fraction: f64,
     /// Consistency model of the items table.
     #[arg(long, value_enum, default_value_t = ConsistencyModel::Ssp)]
@@ -56,6 +67,9 @@ pub struct ManagedBenchArgs {
     pub compute_slices: u32,
     #[arg(long, default_value_t = 0.4)]
     pub target_rmse: f64,
+    /// MF: the SGD step (hot users and items of skewed data take many steps a clock).
+    #[arg(long, default_value_t = 0.05)]
+    pub learning_rate: f32,
     /// LDA: the target log-likelihood per token (unset: 90 % of the way from the clock
     /// run's initial to its final value).
     #[arg(long, allow_hyphen_values = true)]
@@ -72,9 +86,19 @@ pub struct ManagedBenchArgs {
     /// Small data and short limits: for tests (checks shapes, not speed).
     #[arg(long)]
     pub quick: bool,
-    /// Managed variants send worker-to-server only (no server push).
+    /// MF: managed variants send worker-to-server only (no server push).
     #[arg(long)]
     pub no_server_push: bool,
+    /// Interleaved repeats of every variant (figures are medians; 1 under `--quick`).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Power-law exponent of the popularity of users and items (MF) or words (LDA); 0: the
+    /// apps' own uniform synthetic data.
+    #[arg(long, default_value_t = 1.0)]
+    pub skew: f64,
+    /// Also run managed communication in oldest-first order.
+    #[arg(long)]
+    pub fifo: bool,
     /// Time between two server-push ticks of a shard (ms).
     #[arg(long, default_value_t = 10)]
     pub server_push_tick_ms: u64,
@@ -91,12 +115,27 @@ pub struct ManagedBenchArgs {
 /// One variant's figures.
 #[derive(Default, Debug, Clone, Serialize, PartialEq)]
 pub struct ManagedRun {
-    /// `clock`, `fifo` or `relative-magnitude`.
+    /// `clock`, `relative-magnitude`, `bsp` or `fifo`.
     pub variant: String,
+    /// Which repeat.
+    pub repeat: usize,
+    /// Cores the process used over the run (CPU seconds / wall seconds; every node runs in
+    /// this one process).
+    pub cpu_cores: f64,
     pub reached_target: bool,
     pub time_to_target_s: Option<f64>,
     /// MF: min clock at the target (or the end); LDA: the pass at the target (or passes).
     pub iterations: u64,
+    /// The min clock at the target.
+    pub clocks_to_target: Option<u64>,
+    /// Seconds a worker waited for reads per clock (mean over workers): where the time
+    /// that is not compute goes.
+    pub wait_s_per_clock: f64,
+    /// LDA: seconds per clock a worker spent sampling (mean over workers); the rest of a
+    /// clock, beside `wait_s_per_clock`, is the worker thread's other work.
+    pub sweep_s_per_clock: Option<f64>,
+    /// Clocks the workers completed (mean).
+    pub clocks: f64,
     /// Bytes all workers sent and received in the run.
     pub sent_bytes: u64,
     pub received_bytes: u64,
@@ -129,11 +168,43 @@ pub struct ManagedFigures {
     pub target: f64,
     pub quick: bool,
     pub server_push: bool,
+    pub repeats: usize,
+    pub skew: f64,
+    /// Emulated compute per clock (MF; LDA samples for real).
+    pub clock_ms: f64,
+    /// Median seconds a `clock` run's flush of one worker's clock takes on its link, over
+    /// the median seconds of a clock: the link load of clock-boundary updates.
+    pub flush_fraction: Option<f64>,
+    /// Per variant, medians over the repeats.
+    pub summaries: Vec<VariantSummary>,
     pub runs: Vec<ManagedRun>,
-    /// Time to target of `clock` over `relative-magnitude` (> 1: managed is faster).
+    /// Median time to target of `clock` over `relative-magnitude` (> 1: managed is faster).
+    pub speedup_vs_clock: Option<f64>,
+    /// Median time to target of `bsp` over `relative-magnitude`.
+    pub speedup_vs_bsp: Option<f64>,
+    /// The same as `speedup_vs_clock` (the older key).
     pub clock_over_relative_magnitude: Option<f64>,
+    /// With `--fifo`: `fifo` over `relative-magnitude`.
     pub fifo_over_relative_magnitude: Option<f64>,
     pub plots: Vec<String>,
+}
+
+/// A variant: its name, whether it runs under BSP, and its managed order.
+#[derive(Clone, Copy)]
+struct Variant {
+    name: &'static str,
+    bsp: bool,
+    managed: Option<SendPolicy>,
+}
+
+impl Variant {
+    fn consistency(&self, args: &ManagedBenchArgs) -> ConsistencyModel {
+        if self.bsp {
+            ConsistencyModel::Bsp
+        } else {
+            args.consistency
+        }
+    }
 }
 
 fn comm(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> ManagedSettings {
@@ -144,24 +215,29 @@ fn comm(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> ManagedSettings
     }
 }
 
-fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaSettings {
-    let (n_docs, vocab_size, doc_length, iterations) = if args.quick {
-        (200, 500, 40, 6)
-    } else {
-        (args.docs, 5000, 100, args.iterations)
-    };
+/// LDA's corpus: documents, vocabulary, tokens per document, topics.
+fn lda_shape(args: &ManagedBenchArgs) -> (usize, usize, usize, usize) {
+    match args.quick {
+        true => (200, 500, 40, 20),
+        false => (args.docs, 5000, 100, 20),
+    }
+}
+
+fn lda_config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsLdaSettings {
+    let (n_docs, vocab_size, doc_length, n_topics) = lda_shape(args);
     PsLdaSettings {
+        docword: data.map(Path::to_path_buf),
         synthetic: LdaCorpusParams {
             n_docs,
             vocab_size,
             doc_length,
             ..LdaCorpusParams::default()
         },
-        n_topics: 20,
-        iterations,
-        consistency: args.consistency,
+        n_topics,
+        iterations: if args.quick { 6 } else { args.iterations },
+        consistency: v.consistency(args),
         staleness: args.staleness,
-        comm: comm(args, managed),
+        comm: comm(args, v.managed),
         ..PsLdaSettings::default()
     }
 }
@@ -173,7 +249,7 @@ fn traffic(
     received: &[u64],
     clocks: &[u64],
     mean_staleness: f64,
-    wall_s: f64,
+    (wall_s, wait_s): (f64, &[f64]),
 ) -> ManagedRun {
     let (sent, received) = (sent.iter().sum::<u64>(), received.iter().sum::<u64>());
     let clocks = clocks.iter().sum::<u64>() as f64 / clocks.len().max(1) as f64;
@@ -184,8 +260,11 @@ fn traffic(
             0.0
         }
     };
+    let wait = wait_s.iter().sum::<f64>() / wait_s.len().max(1) as f64;
     ManagedRun {
         variant: name.to_string(),
+        clocks,
+        wait_s_per_clock: if clocks > 0.0 { wait / clocks } else { 0.0 },
         sent_bytes: sent,
         received_bytes: received,
         bytes_per_clock: per_clock(sent),
@@ -199,7 +278,10 @@ fn traffic(
 /// An LDA run's figures (the target by [`lda_targets`]).
 fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
     let cpi = u64::from(m.clocks_per_iteration.max(1));
+    let clocks = m.worker_clocks.iter().sum::<u64>().max(1) as f64;
+    let sweep = m.per_worker_sweep_s.iter().sum::<f64>();
     ManagedRun {
+        sweep_s_per_clock: Some(sweep / clocks),
         iterations: m.lda.iterations as u64,
         final_value: m.lda.final_loglik_per_token,
         managed_rows: m.managed_rows_sent,
@@ -219,7 +301,7 @@ fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
             &m.per_worker_received_bytes,
             &m.worker_clocks,
             m.read_staleness.mean,
-            m.lda.elapsed_s,
+            (m.lda.elapsed_s, &m.per_worker_wait_s),
         )
     }
 }
@@ -239,14 +321,24 @@ fn lda_targets(args: &ManagedBenchArgs, runs: &mut [ManagedRun]) -> f64 {
             r.time_to_target_s = Some(p.0);
             r.iterations = (r.curve.iter().position(|q| q == p).unwrap_or(0)) as u64;
             r.bytes_to_target = Some(r.both_ways_per_clock * p.1 as f64);
+            r.clocks_to_target = Some(p.1);
         }
     }
     target
 }
 
-fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfSettings {
+/// MF's data: users, items, rank and ratings (as `common::ps_mf`'s synthetic data).
+fn mf_shape(args: &ManagedBenchArgs) -> (usize, usize, usize, usize) {
+    match args.quick {
+        true => (400, 200, 5, 4000),
+        false => (2000, 1000, 5, 40_000),
+    }
+}
+
+fn config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsMfSettings {
     PsMfSettings {
-        consistency: args.consistency,
+        data: data.map(Path::to_path_buf),
+        consistency: v.consistency(args),
         staleness: args.staleness,
         // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.
         max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
@@ -257,11 +349,12 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfSettings 
             clock_ms: args.clock_ms,
             ..Default::default()
         },
-        comm: comm(args, managed),
-        server_push: managed.filter(|_| !args.no_server_push),
+        comm: comm(args, v.managed),
+        server_push: v.managed.filter(|_| !args.no_server_push),
         server_push_tick_ms: args.server_push_tick_ms,
         // The comparison is of when updates leave: no prefetch spending the link on reads.
         no_prefetch: true,
+        learning_rate: args.learning_rate,
         ..crate::common::ps_mf(args.quick)
     }
 }
@@ -273,12 +366,13 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
         &r.per_worker_received_bytes,
         &r.worker_clocks,
         r.staleness.mean,
-        r.wall_s,
+        (r.wall_s, &r.per_worker_wait_s),
     );
     ManagedRun {
         reached_target: r.reached_target,
         time_to_target_s: r.time_to_target_s,
         iterations: r.iterations,
+        clocks_to_target: r.reached_target.then_some(r.iterations),
         bytes_to_target: r
             .reached_target
             .then_some(run.both_ways_per_clock * r.iterations as f64),
@@ -292,7 +386,79 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
     }
 }
 
-/// Runs the three variants and returns the figures (the table is printed).
+/// The variants of a run of the bench.
+fn variants(args: &ManagedBenchArgs) -> Vec<Variant> {
+    let v = |name, bsp, managed| Variant { name, bsp, managed };
+    let mut out = vec![
+        v("clock", false, None),
+        v(
+            "relative-magnitude",
+            false,
+            Some(SendPolicy::RelativeMagnitude),
+        ),
+        v("bsp", true, None),
+    ];
+    if args.fifo {
+        out.push(v("fifo", false, Some(SendPolicy::Fifo)));
+    }
+    out
+}
+
+/// Writes the skewed data set of the app (`None` with `--skew 0`).
+fn skewed_data(args: &ManagedBenchArgs) -> Result<Option<PathBuf>, BenchError> {
+    if args.skew <= 0.0 {
+        return Ok(None);
+    }
+    // A temporary directory, removed after the runs: the seed makes the data again.
+    // One per call: measurements may run side by side in one process (tests).
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid = std::process::id();
+    let dir = std::env::temp_dir().join(format!("petrel-managed-data-{pid}-{call}"));
+    let path = match args.app {
+        ManagedApp::Mf => {
+            let path = dir.join(format!("ratings-skew{}.txt", args.skew));
+            data::write_ratings(&path, mf_shape(args), args.skew, 7)?;
+            path
+        }
+        ManagedApp::Lda => {
+            let path = dir.join(format!("docword-skew{}.txt", args.skew));
+            data::write_corpus(&path, lda_shape(args), args.skew, 7)?;
+            path
+        }
+    };
+    Ok(Some(path))
+}
+
+/// One run of `v`, with the cores the process used.
+fn run_variant(
+    args: &ManagedBenchArgs,
+    v: Variant,
+    data: Option<&Path>,
+) -> Result<ManagedRun, BenchError> {
+    let shape = |s: &mut Settings| {
+        s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(args.mbit));
+    };
+    let (c, quic) = (&args.cluster, Transport::Quic);
+    let cpu0 = petrel_observe::process::read().map(|p| p.cpu_s);
+    let t0 = std::time::Instant::now();
+    let run = if args.app == ManagedApp::Lda {
+        let r = c.run::<PsLda>(lda_config(args, v, data), quic, shape);
+        r.map(|r| summarise_lda(v.name, &r.metrics))
+    } else {
+        let r = c.run::<PsMf>(config(args, v, data), quic, shape);
+        r.map(|r| summarise(v.name, &r.metrics))
+    };
+    let mut run = run.map_err(BenchError::run(format!("variant {}", v.name)))?;
+    let wall = t0.elapsed().as_secs_f64().max(1e-9);
+    if let (Some(a), Some(b)) = (cpu0, petrel_observe::process::read().map(|p| p.cpu_s)) {
+        run.cpu_cores = (b - a) / wall;
+    }
+    Ok(run)
+}
+
+/// Runs the variants, interleaved over the repeats, and returns the figures (the table
+/// is printed).
 pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
@@ -300,66 +466,60 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         true => ("lda", "loglik_per_token", "managed-lda"),
         false => ("mf", "rmse", "managed"),
     };
-    let compute = if lda {
-        "sampling (real time)".to_string()
-    } else {
-        format!("{} ms/clock", args.clock_ms)
-    };
+    let server_push = lda || !args.no_server_push;
     eprintln!(
-        "{} on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {compute} \
-         in {} slices, managed variants {} within {} of the link",
-        app,
+        "{app} on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {}, \
+         {} slices per clock, skew {}, managed both ways: {server_push}, budget {} of the link",
         args.cluster.workers,
         args.cluster.shards,
         args.consistency,
         args.staleness,
-        args.compute_slices,
-        if lda || args.no_server_push {
-            "worker to server only".to_string()
-        } else {
-            format!(
-                "both ways (server push every {} ms)",
-                args.server_push_tick_ms
-            )
+        match lda {
+            true => "sampling (real time)".to_string(),
+            false => format!("{} ms/clock", args.clock_ms),
         },
+        args.compute_slices,
+        args.skew,
         args.budget_fraction
     );
+    let data = skewed_data(args)?;
+    let repeats = if args.quick { 1 } else { args.repeats.max(1) };
+    let vs = variants(args);
     let mut runs = Vec::new();
-    for (policy, name) in [
-        (None, "clock"),
-        (Some(SendPolicy::Fifo), "fifo"),
-        (Some(SendPolicy::RelativeMagnitude), "relative-magnitude"),
-    ] {
-        eprintln!("running {name} ...");
-        let shape = |s: &mut Settings| {
-            s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
-        };
-        let (c, quic) = (&args.cluster, Transport::Quic);
-        runs.push(
-            if lda {
-                let r = c.run::<PsLda>(lda_config(args, policy), quic, shape);
-                r.map(|r| summarise_lda(name, &r.metrics))
-            } else {
-                let r = c.run::<PsMf>(config(args, policy), quic, shape);
-                r.map(|r| summarise(name, &r.metrics))
-            }
-            .map_err(BenchError::run(format!("variant {name}")))?,
-        );
+    for repeat in 0..repeats {
+        for &v in &vs {
+            eprintln!("running {} (repeat {}) ...", v.name, repeat + 1);
+            let run = run_variant(args, v, data.as_deref())?;
+            runs.push(ManagedRun { repeat, ..run });
+        }
+    }
+    if let Some(dir) = data.as_deref().and_then(Path::parent) {
+        let _ = std::fs::remove_dir_all(dir);
     }
     let target = if lda {
         lda_targets(args, &mut runs)
     } else {
         args.target_rmse
     };
+    let summaries: Vec<VariantSummary> = vs
+        .iter()
+        .map(|v| summarise_variant(v.name, &runs))
+        .collect();
     let t = |v: &str| {
-        runs.iter()
-            .find(|r| r.variant == v)
-            .and_then(|r| r.time_to_target_s)
+        (summaries.iter())
+            .find(|s| s.variant == v)
+            .and_then(|s| s.time_to_target_s)
     };
+    let clock = summaries.iter().find(|s| s.variant == "clock");
+    let flush_fraction = clock.and_then(|c| {
+        let per_worker = c.bytes_per_clock? / args.cluster.workers.max(1) as f64;
+        Some(per_worker * 8.0 / (mbit * 1e6) / c.clock_s?)
+    });
+    let first: Vec<ManagedRun> = runs.iter().filter(|r| r.repeat == 0).cloned().collect();
     let mut plots = Vec::new();
     for (by_bytes, x) in [(false, "time"), (true, "bytes")] {
         let path = args.plot_dir.join(format!("{stem}-{x}.svg"));
-        plot(&path, &runs, target, by_bytes, args.app)?;
+        plot(&path, &first, target, by_bytes, args.app)?;
         plots.push(path.display().to_string());
     }
     let figures = ManagedFigures {
@@ -371,23 +531,31 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         staleness: args.staleness,
         target,
         quick: args.quick,
-        server_push: !lda && !args.no_server_push,
+        server_push,
+        repeats,
+        skew: args.skew,
+        clock_ms: args.clock_ms,
+        flush_fraction,
+        speedup_vs_clock: ratio(t("clock"), t("relative-magnitude")),
+        speedup_vs_bsp: ratio(t("bsp"), t("relative-magnitude")),
         clock_over_relative_magnitude: ratio(t("clock"), t("relative-magnitude")),
         fifo_over_relative_magnitude: ratio(t("fifo"), t("relative-magnitude")),
+        summaries,
         runs,
         plots,
     };
-    let keys = "variant reached_target time_to_target_s iterations sent_bytes received_bytes \
-                both_ways_per_clock bytes_to_target final_value mean_staleness";
     json_table(
-        &figures.runs,
-        &format!("{keys} {}", if lda { "managed_rows" } else { "" }),
+        &figures.summaries,
+        "variant reached time_to_target_s clocks_to_target bytes_per_clock both_ways_per_clock \
+         clock_s wait_s_per_clock sweep_s_per_clock cpu_cores",
     )
     .print();
     println!(
-        "clock / relative-magnitude: {}x; fifo / relative-magnitude: {}x; plots {}",
-        fmt_opt(figures.clock_over_relative_magnitude),
-        fmt_opt(figures.fifo_over_relative_magnitude),
+        "medians of {repeats}: speed-up vs clock {}x, vs bsp {}x; clock flush {} of a clock; \
+         plots {}",
+        fmt_opt(figures.speedup_vs_clock),
+        fmt_opt(figures.speedup_vs_bsp),
+        fmt_opt(figures.flush_fraction),
         figures.plots.join(", ")
     );
     Ok(figures)
@@ -403,53 +571,4 @@ pub fn run(args: ManagedBenchArgs) -> Result<(), BenchError> {
         })
     });
     save_and_print(&json_out, &figures)
-}
-
-/// Each variant's curve against seconds or (`by_bytes`) MB on the links, and the target.
-fn plot(
-    path: &Path,
-    runs: &[ManagedRun],
-    target: f64,
-    by_bytes: bool,
-    app: ManagedApp,
-) -> Result<(), BenchError> {
-    let x_of = |r: &ManagedRun, p: &(f64, u64, f64)| {
-        if by_bytes {
-            r.both_ways_per_clock * p.1 as f64 / 1e6
-        } else {
-            p.0
-        }
-    };
-    let max_x = runs
-        .iter()
-        .flat_map(|r| r.curve.iter().map(move |p| x_of(r, p)))
-        .fold(1e-3f64, f64::max);
-    let mut series: Vec<Series> = runs
-        .iter()
-        .map(|r| Series {
-            name: r.variant.clone(),
-            points: r.curve.iter().map(|p| (x_of(r, p), p.2)).collect(),
-        })
-        .collect();
-    series.push(Series {
-        name: "target".into(),
-        points: vec![(0.0, target), (max_x, target)],
-    });
-    let (app_name, y_desc) = match app {
-        ManagedApp::Mf => ("MF", "test RMSE"),
-        ManagedApp::Lda => ("LDA", "log-likelihood per token"),
-    };
-    line_plot(
-        path,
-        &format!("{app_name} on the PS over shaped links: managed communication"),
-        if by_bytes {
-            "MB on the links, both ways (bytes per clock x clock)"
-        } else {
-            "seconds"
-        },
-        y_desc,
-        &series,
-        false,
-    )
-    .map_err(BenchError::plot(path))
 }

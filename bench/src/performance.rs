@@ -229,17 +229,17 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     (
         "consistency",
         "MF and LR under BSP, SSP(s), ESSP(s) and async, 4 workers with stragglers: time to target, staleness",
-        "apps.mf.bsp_over_best_ssp apps.mf.best_ssp_over_best_essp apps.lr.bsp_over_best_ssp apps.lr.best_ssp_over_best_essp",
+        "apps.mf.bsp_over_best_ssp apps.mf.best_ssp_over_best_essp apps.lr.bsp_over_best_ssp apps.lr.best_ssp_over_best_essp apps.lr.essp_over_ssp_content_staleness_mean",
     ),
     (
         "managed",
-        "clock-boundary vs managed (fifo, relative-magnitude) communication on a shaped link",
-        "clock_over_relative_magnitude fifo_over_relative_magnitude",
+        "managed communication (Bösen's mechanics) vs clock-boundary updates and BSP on a shaped link, skewed data",
+        "speedup_vs_clock speedup_vs_bsp flush_fraction",
     ),
     (
         "adarevision",
-        "AdaRevision at a derived step against grids of fixed SGD and Adagrad steps; LR and MF, async",
-        "apps.lr.default_adarevision_over_best_tuned apps.mf.default_adarevision_over_best_tuned",
+        "AdaRevision at Bösen's alpha 0.1 against grids of fixed SGD and Adagrad steps, LR and MF, async; then each rule's best loss at injected delays of 0 to 10,000 updates (sparse power-law LR)",
+        "apps.lr.default_adarevision_over_best_tuned apps.mf.default_adarevision_over_best_tuned delay_summary.adarevision_degradation delay_summary.adagrad_degradation",
     ),
     (
         "p3",

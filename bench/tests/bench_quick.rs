@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use petrel_bench::{adarevision, consistency, managed};
-use petrel_ps::ConsistencyModel;
+use petrel_ps::{ConsistencyModel, ServerRule};
 
 /// `A` parsed from `flags` (split at whitespace), as `petrel bench <name> FLAGS` parses them.
 fn parse<A: clap::Args>(flags: &str) -> A {
@@ -38,6 +38,15 @@ fn consistency_quick_runs_every_model_and_respects_the_bounds() {
         for r in &fig.runs {
             assert!(r.mean_staleness >= 0.0 && r.staleness_variance >= 0.0);
             assert!(r.mean_staleness <= r.max_staleness as f64 + 1e-9);
+            // A copy holds every writer's clocks up to its row clock, often more: by content
+            // a read is never staler; under BSP it lacks nothing.
+            let content = r
+                .content_staleness_mean
+                .expect("content staleness measured");
+            assert!(content <= r.mean_staleness + 1e-9, "{app} {r:?}");
+            if r.model == ConsistencyModel::Bsp {
+                assert_eq!(content, 0.0, "{app} {r:?}");
+            }
             match r.model {
                 ConsistencyModel::Async => assert_eq!(r.staleness, None),
                 ConsistencyModel::Bsp => assert_eq!(r.staleness, Some(0)),
@@ -70,8 +79,18 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
     );
     let f = managed::measure(&a).unwrap();
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
-    assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
+    assert_eq!(names, ["clock", "relative-magnitude", "bsp"]);
     assert!(f.server_push);
+    assert_eq!((f.repeats, f.skew), (1, 1.0));
+    let summaries: Vec<&str> = f.summaries.iter().map(|s| s.variant.as_str()).collect();
+    assert_eq!(summaries, names);
+    assert_eq!(f.speedup_vs_clock, f.clock_over_relative_magnitude);
+    assert!(
+        f.flush_fraction.is_some_and(|x| x > 0.0),
+        "{:?}",
+        f.flush_fraction
+    );
+    assert!(f.runs.iter().all(|r| r.cpu_cores > 0.0));
     for r in &f.runs {
         assert!(r.sent_bytes > 0, "{r:?}");
         assert!(r.received_bytes > 0, "{r:?}");
@@ -93,15 +112,19 @@ fn managed_quick_on_lda_compares_the_three_variants() {
         ("lda", "loglik_per_token")
     );
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
-    assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
-    assert!(!f.server_push);
+    assert_eq!(names, ["clock", "relative-magnitude", "bsp"]);
+    assert!(f.server_push);
     // The target is 90 % of the clock run's gain: that run reaches it.
     assert!(f.runs[0].reached_target, "{:?}", f.runs[0]);
     for r in &f.runs {
         assert!(r.sent_bytes > 0 && r.received_bytes > 0, "{r:?}");
         assert_eq!(r.curve.len(), 7, "the initial point and one per pass");
         assert_eq!(r.reached_target, r.bytes_to_target.is_some());
-        assert_eq!(r.managed_rows > 0, r.variant != "clock", "{r:?}");
+        assert_eq!(
+            r.managed_rows > 0,
+            r.variant == "relative-magnitude",
+            "{r:?}"
+        );
     }
     assert!(f.plots.iter().all(|p| std::path::Path::new(p).exists()));
 }
@@ -109,12 +132,12 @@ fn managed_quick_on_lda_compares_the_three_variants() {
 #[test]
 fn adarevision_quick_runs_each_rule_of_the_grid() {
     let (_dir, a) = parse_in::<adarevision::AdaRevisionBenchArgs>(
-        "--quick --apps lr --max-seconds 2 --json-out {dir}/a.json",
+        "--quick --apps lr --max-seconds 2 --delays 0,40 --json-out {dir}/a.json",
     );
     let f = adarevision::measure(&a).unwrap();
     let lr = &f.apps["lr"];
-    // Two grid points each for sgd and adagrad, and adarevision at two plus its default.
-    assert_eq!(lr.runs.len(), 7);
+    // Two grid points per rule; adarevision's default step (0.1) is one of them.
+    assert_eq!(lr.runs.len(), 6);
     assert_eq!(lr.best.len(), 3);
     for r in &lr.runs {
         assert!(
@@ -122,10 +145,32 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
             "{r:?}"
         );
     }
-    // Untuned: alpha = sqrt(2) * the solution's scale (1 for LR), not a grid point.
-    assert!((lr.adarevision_default.0 - std::f32::consts::SQRT_2).abs() < 1e-6);
-    assert!(lr.default_alpha_from.contains("sqrt(2)"));
+    // Untuned: Bösen's alpha, a grid point of the quick grid.
+    assert_eq!(lr.adarevision_default.0, 0.1);
+    assert!(lr.default_alpha_from.contains("Bösen"));
     assert!(lr.lowest_final_loss.is_some());
+    // The delay sweep: both delays, each rule at its two grid points (0.1 among them).
+    assert_eq!(
+        f.delays.iter().map(|d| d.delay).collect::<Vec<_>>(),
+        [0, 40]
+    );
+    for d in &f.delays {
+        assert_eq!(d.runs.len(), 6, "{d:?}");
+        assert!(d.runs.iter().all(|r| r.losses.len() == 1));
+        // Each rule's best is its lowest median over the grid.
+        let best = |rule| {
+            (d.runs.iter().filter(|r| r.rule == rule))
+                .filter_map(|r| r.median_loss)
+                .min_by(f64::total_cmp)
+        };
+        assert_eq!(d.adarevision_best_loss, best(ServerRule::AdaRevision));
+        assert_eq!(d.adagrad_best_loss, best(ServerRule::Adagrad));
+        assert_eq!(d.sgd_best_loss, best(ServerRule::Sgd));
+        assert!(d.adarevision_best_loss.is_some_and(|l| l > 0.0), "{d:?}");
+        assert!(d.adarevision_default_loss.is_some());
+    }
+    assert_eq!(f.delay_summary.delay_range, Some((0, 40)));
+    assert!(f.delay_summary.adarevision_degradation.is_some());
 }
 
 #[test]

@@ -604,21 +604,86 @@ pub struct ClassificationProblem {
 pub fn separable_classification(
     params: &ClassificationParams,
 ) -> Result<ClassificationProblem, MlError> {
-    let (n_samples, n_features) = (params.n_samples, params.n_features);
-    let (n_classes, margin) = (params.n_classes, params.margin);
+    let n_features = params.n_features;
+    check_classification(params)?;
+    let mut rng = StdRng::seed_from_u64(params.seed);
+    let true_weights = class_weights(&mut rng, params, n_features);
+    labelled(params, true_weights, &mut rng, |rng| SparseRow {
+        indices: (0..n_features as u32).collect(),
+        values: (0..n_features)
+            .map(|_| rng.sample(StandardNormal))
+            .collect(),
+    })
+}
+
+/// Sparse separable classes with power-law feature frequencies, as in click and text data:
+/// every sample has `nnz` distinct features, feature `j` drawn with weight `(j + 1)^-exponent`,
+/// values `N(0, 1)`, labelled `argmax_c w_c . x` with at least `margin` as in
+/// [`separable_classification`]. Rare features get few, bursty updates: the setting where
+/// a per-coordinate step matters.
+pub fn power_law_classification(
+    params: &ClassificationParams,
+    nnz: usize,
+    exponent: f64,
+) -> Result<ClassificationProblem, MlError> {
+    let n_features = params.n_features;
+    check_classification(params)?;
+    if nnz == 0 || nnz > n_features / 2 {
+        return Err(invalid(format!(
+            "nnz {nnz} must be in 1..={} (half the features)",
+            n_features / 2
+        )));
+    }
+    if !exponent.is_finite() || exponent < 0.0 {
+        return Err(invalid(format!("exponent {exponent} must be >= 0")));
+    }
+    let freq = (1..=n_features).map(|j| (j as f64).powf(-exponent));
+    let pick = WeightedIndex::new(freq).map_err(|e| invalid(e.to_string()))?;
+    let mut rng = StdRng::seed_from_u64(params.seed);
+    let true_weights = class_weights(&mut rng, params, nnz);
+    labelled(params, true_weights, &mut rng, |rng| {
+        let mut indices = std::collections::BTreeSet::new();
+        while indices.len() < nnz {
+            indices.insert(pick.sample(rng) as u32);
+        }
+        SparseRow {
+            values: indices.iter().map(|_| rng.sample(StandardNormal)).collect(),
+            indices: indices.into_iter().collect(),
+        }
+    })
+}
+
+fn check_classification(params: &ClassificationParams) -> Result<(), MlError> {
+    let (n_features, n_classes, margin) = (params.n_features, params.n_classes, params.margin);
     if n_classes < 2 || n_features == 0 || n_features > u32::MAX as usize {
         return Err(invalid("need n_classes >= 2 and n_features > 0"));
     }
     if margin.is_nan() || margin < 0.0 {
         return Err(invalid(format!("margin {margin} must be >= 0")));
     }
-    let mut rng = StdRng::seed_from_u64(params.seed);
-    let scale = 1.0 / (n_features as f32).sqrt();
-    let true_weights = Array2::from_shape_fn((n_classes, n_features), |_| {
+    Ok(())
+}
+
+/// `n_classes x n_features` weights `N(0, 1 / active)`, `active` the nonzeros of a sample,
+/// so that scores are of order one.
+fn class_weights(rng: &mut StdRng, params: &ClassificationParams, active: usize) -> Array2<f32> {
+    let scale = 1.0 / (active as f32).sqrt();
+    Array2::from_shape_fn((params.n_classes, params.n_features), |_| {
         scale * rng.sample::<f32, _>(StandardNormal)
-    });
+    })
+}
+
+/// `params.n_samples` samples from `draw`, labelled by `true_weights`, keeping those whose
+/// best class wins by at least `params.margin`.
+fn labelled(
+    params: &ClassificationParams,
+    true_weights: Array2<f32>,
+    rng: &mut StdRng,
+    mut draw: impl FnMut(&mut StdRng) -> SparseRow,
+) -> Result<ClassificationProblem, MlError> {
+    let (n_samples, n_classes, margin) = (params.n_samples, params.n_classes, params.margin);
     let mut dataset = SparseDataset {
-        n_features,
+        n_features: params.n_features,
         labels: Vec::with_capacity(n_samples),
         rows: Vec::with_capacity(n_samples),
     };
@@ -629,13 +694,15 @@ pub fn separable_classification(
         if attempts > max_attempts {
             return Err(invalid(format!("margin {margin} is too large to reach")));
         }
-        let x: Vec<f32> = (0..n_features)
-            .map(|_| rng.sample(StandardNormal))
-            .collect();
+        let x = draw(rng);
         let scores: Vec<f32> = true_weights
             .rows()
             .into_iter()
-            .map(|w| w.iter().zip(&x).map(|(a, b)| a * b).sum())
+            .map(|w| {
+                (x.indices.iter().zip(&x.values))
+                    .map(|(&j, v)| w[j as usize] * v)
+                    .sum()
+            })
             .collect();
         let best = (1..n_classes).fold(0, |b, c| if scores[c] > scores[b] { c } else { b });
         let runner_up = (0..n_classes)
@@ -646,10 +713,7 @@ pub fn separable_classification(
             continue;
         }
         dataset.labels.push(best as f32);
-        dataset.rows.push(SparseRow {
-            indices: (0..n_features as u32).collect(),
-            values: x,
-        });
+        dataset.rows.push(x);
     }
     Ok(ClassificationProblem {
         dataset,

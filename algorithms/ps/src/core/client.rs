@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::core::error::PsCoreError;
+use crate::core::managed::relative_change;
 use crate::core::shard::ShardAction;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{
@@ -56,6 +57,9 @@ struct CachedRow {
     clock: Clock,
     /// Own flushed deltas not yet acknowledged by the shard, oldest first.
     pending: VecDeque<(u64, SharedRow)>,
+    /// Per writer, the clocks whose updates the server data holds (`ShardAction::Content`;
+    /// empty until known).
+    writers: Vec<Clock>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +67,10 @@ pub(crate) struct OplogEntry {
     pub(crate) delta: Row,
     /// Insertion order (for FIFO managed communication).
     pub(crate) order: u64,
+    /// The clock of its oldest update (managed communication holds young rows).
+    pub(crate) since: Clock,
+    /// Managed communication's priority: `sum |delta_j / x_j|` over its `Inc`s.
+    pub(crate) priority: f32,
 }
 
 /// One worker's client-side state machine.
@@ -82,6 +90,11 @@ pub struct ClientCore {
     /// subscribed, so a push means the row is current as of that clock unless it was in it.
     push_clock: HashMap<(TableId, u32), Clock>,
     table_stats: HashMap<TableId, StalenessStats>,
+    /// Content staleness per table: per read and other writer, the clocks of its updates
+    /// the copy lacks, `c - writer_clock` (tables with `content_clocks`).
+    content_stats: HashMap<TableId, StalenessStats>,
+    /// ESSP: per (table, shard), the writers' clocks of the latest push (as `push_clock`).
+    push_writers: HashMap<(TableId, u32), Vec<Clock>>,
     /// Reads per observed staleness value since [`ClientCore::take_observed`], per table.
     observed: HashMap<TableId, Vec<u64>>,
     /// Barrier (sync) requests in flight: request id -> answered.
@@ -90,6 +103,8 @@ pub struct ClientCore {
     acked: HashMap<u32, u64>,
     /// Highest min clock each shard reported (row clocks of replies, push clocks).
     seen_min: HashMap<u32, Clock>,
+    /// Whether `Inc`s accumulate managed communication's priority (off: no extra pass).
+    prioritise: bool,
 }
 
 impl ClientCore {
@@ -122,10 +137,13 @@ impl ClientCore {
             outstanding: HashMap::new(),
             push_clock: HashMap::new(),
             table_stats: HashMap::new(),
+            content_stats: HashMap::new(),
+            push_writers: HashMap::new(),
             observed: HashMap::new(),
             syncs: HashMap::new(),
             acked: HashMap::new(),
             seen_min: HashMap::new(),
+            prioritise: false,
         })
     }
 
@@ -158,6 +176,27 @@ impl ClientCore {
     /// Staleness of the reads of one table (empty stats if it was never read).
     pub fn table_stats(&self, table: TableId) -> StalenessStats {
         self.table_stats.get(&table).cloned().unwrap_or_default()
+    }
+
+    /// Content staleness of the reads of one table (empty without `content_clocks`).
+    pub fn content_stats(&self, table: TableId) -> StalenessStats {
+        self.content_stats.get(&table).cloned().unwrap_or_default()
+    }
+
+    /// Records, for a read at the current clock of a copy holding `writers`' clocks, how
+    /// many clocks of each other writer's updates it lacks (nothing while unknown).
+    fn record_content(&mut self, table: TableId, row: RowId, writers: &[Clock]) {
+        let shard = shard_of(table, row, self.n_shards);
+        let pushed = (self.push_writers.get(&(table, shard))).map_or(&[][..], |v| v);
+        let n = writers.len().max(pushed.len());
+        if n == 0 {
+            return;
+        }
+        let stats = self.content_stats.entry(table).or_default();
+        for w in (0..n).filter(|&w| w != self.worker.0 as usize) {
+            let held = writers.get(w).max(pushed.get(w)).copied().unwrap_or(0);
+            stats.record(self.clock.saturating_sub(held));
+        }
     }
 
     /// A non-blocking refresh of `(table, row)` (`min_clock = 0`) unless a fetch is in flight:
@@ -327,6 +366,12 @@ impl ClientCore {
     ) -> Result<(), PsCoreError> {
         let spec = (self.tables.get(&table)).ok_or(PsCoreError::UnknownTable(table))?;
         spec.check_delta(row, &delta)?;
+        let priority = if self.prioritise {
+            let cached = self.cache.get(&(table, row)).map(|c| &*c.row);
+            relative_change(cached, &delta)
+        } else {
+            0.0
+        };
         if spec.read_my_writes
             && let Some(c) = self.cache.get_mut(&(table, row))
         {
@@ -335,7 +380,11 @@ impl ClientCore {
                 .add_scaled(&delta, spec.update_rule.local_scale());
         }
         match self.oplog.entry((table, row)) {
-            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().delta.add(&delta),
+            std::collections::btree_map::Entry::Occupied(mut e) => {
+                let e = e.get_mut();
+                e.delta.add(&delta);
+                e.priority += priority;
+            }
             std::collections::btree_map::Entry::Vacant(v) => {
                 let delta = match (spec.kind, delta) {
                     (TableKind::Dense { .. }, Cow::Owned(d @ Row::Dense(_)))
@@ -354,7 +403,12 @@ impl ClientCore {
                 };
                 let order = self.next_order;
                 self.next_order += 1;
-                v.insert(OplogEntry { delta, order });
+                v.insert(OplogEntry {
+                    delta,
+                    order,
+                    since: self.clock,
+                    priority,
+                });
             }
         }
         Ok(())
@@ -411,7 +465,11 @@ impl ClientCore {
     ) -> Result<(Option<Clock>, Option<Clock>), PsCoreError> {
         let spec = self.table(table)?;
         let required = spec.consistency.required_row_clock(self.clock);
+        // Read-my-writes holds under every rule: a copy missing own flushed deltas that the
+        // cache cannot add itself (local scale 0) waits for the shard's acknowledging copy.
+        let follows = spec.update_rule.local_scale() != 0.0 || !spec.read_my_writes;
         let eff = (self.cache.get(&(table, row)))
+            .filter(|e| follows || e.pending.is_empty())
             .map(|e| self.effective_clock(table, row, e))
             .filter(|&eff| required.is_none_or(|r| eff >= r));
         Ok((required, eff))
@@ -435,7 +493,11 @@ impl ClientCore {
                 counts.resize(at + 1, 0);
             }
             counts[at] += 1;
-            return Ok(GetOutcome::Hit(e.row.clone()));
+            let (hit, writers) = (e.row.clone(), e.writers.clone());
+            if self.tables.get(&table).is_some_and(|t| t.content_clocks) {
+                self.record_content(table, row, &writers);
+            }
+            return Ok(GetOutcome::Hit(hit));
         }
         let min_clock = required.unwrap_or(0);
         // An in-flight fetch suffices if its row will be fresh enough and the shard can
@@ -466,17 +528,53 @@ impl ClientCore {
         batches
     }
 
+    /// `Clock()` sending only `rows` of the oplog (one batch per shard, each ends the
+    /// clock); the other rows stay and keep merging (managed communication).
+    pub fn clock_with(&mut self, rows: &[(TableId, RowId)]) -> Vec<ShardBatch> {
+        let taken = self.take_rows(rows);
+        let batches = self.build_batches(taken.into_iter(), true);
+        self.clock += 1;
+        batches
+    }
+
     /// Takes the given rows out of the oplog as early batches (`end_of_clock = false`), one
     /// per shard (managed communication).
     pub fn take_early(&mut self, rows: &[(TableId, RowId)]) -> Vec<ShardBatch> {
-        let taken: Vec<_> = rows
-            .iter()
-            .filter_map(|k| self.oplog.remove(k).map(|e| (*k, e.delta)))
-            .collect();
+        let taken = self.take_rows(rows);
         if taken.is_empty() {
             return Vec::new();
         }
         self.build_batches(taken.into_iter(), false)
+    }
+
+    /// The whole oplog as early batches: what a managed worker still holds when it leaves.
+    pub fn take_all_early(&mut self) -> Vec<ShardBatch> {
+        let rows: Vec<_> = self.oplog.keys().copied().collect();
+        self.take_early(&rows)
+    }
+
+    fn take_rows(&mut self, rows: &[(TableId, RowId)]) -> Vec<((TableId, RowId), Row)> {
+        (rows.iter())
+            .filter_map(|k| self.oplog.remove(k).map(|e| (*k, e.delta)))
+            .collect()
+    }
+
+    /// Whether the oplog holds any row.
+    pub fn has_oplog(&self) -> bool {
+        !self.oplog.is_empty()
+    }
+
+    /// Makes `Inc`s accumulate managed communication's per-row priority.
+    pub fn set_prioritise(&mut self, on: bool) {
+        self.prioritise = on;
+    }
+
+    /// The smallest staleness bound of the tables (`None`: all `Async`): Bösen's clock
+    /// forces rows by it.
+    pub fn min_staleness(&self) -> Option<u32> {
+        (self.tables.values())
+            .filter_map(|t| t.consistency.staleness_bound())
+            .min()
     }
 
     fn build_batches(
@@ -579,6 +677,31 @@ impl ClientCore {
                 }
                 Ok(())
             }
+            ShardAction::Content {
+                table,
+                row,
+                writer_clocks,
+                ..
+            } => {
+                match row {
+                    Some(row) => {
+                        self.check_origin(from_shard, table, row)?;
+                        if let Some(e) = self.cache.get_mut(&(table, row)) {
+                            e.writers = writer_clocks;
+                        }
+                    }
+                    // As `push_clock`: a push says every subscribed row is current.
+                    None if self.table(table)?.consistency.is_essp() => {
+                        let v = self.push_writers.entry((table, from_shard)).or_default();
+                        v.resize(v.len().max(writer_clocks.len()), 0);
+                        v.iter_mut()
+                            .zip(&writer_clocks)
+                            .for_each(|(a, &b)| *a = (*a).max(b));
+                    }
+                    None => {}
+                }
+                Ok(())
+            }
             ShardAction::Ack { ack_seq, .. } => {
                 raise(&mut self.acked, from_shard, ack_seq);
                 Ok(())
@@ -618,6 +741,7 @@ impl ClientCore {
             row: SharedRow::new(Row::Sparse(Vec::new())),
             clock: 0,
             pending: VecDeque::new(),
+            writers: Vec::new(),
         });
         while e.pending.front().is_some_and(|(s, _)| *s <= ack_seq) {
             e.pending.pop_front();
@@ -637,6 +761,10 @@ impl ClientCore {
             SharedRow::new(visible)
         };
         e.clock = row_clock;
+        if insert {
+            // A reply: its `Content`, if the table has them, follows.
+            e.writers.clear();
+        }
         Ok(())
     }
 }

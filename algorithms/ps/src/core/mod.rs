@@ -17,6 +17,7 @@
 //! * FIFO delivery per (client, shard) pair in each direction is assumed.
 
 pub mod checkpoint;
+pub mod delay;
 pub mod client;
 pub mod error;
 pub mod lda;

@@ -187,8 +187,13 @@ pub enum ServerRule {
 }
 
 impl ServerRule {
-    /// Initial accumulator of Adagrad (as `eps`) and AdaRevision: bounds a first tiny step.
-    pub const INITIAL_ACCUMULATOR: f32 = 1e-6;
+    /// Initial accumulator of AdaRevision (`G` and `G_max`) and Adagrad (as `eps`, its
+    /// root), Bösen's: the first step is `alpha * g / sqrt(1 + g^2)`, so it scales with the
+    /// gradient instead of being about `alpha` whatever the gradient.
+    pub const INITIAL_ACCUMULATOR: f32 = 1.0;
+
+    /// The untuned step `alpha` of Adagrad and AdaRevision, Bösen's default.
+    pub const DEFAULT_ALPHA: f32 = 0.1;
 
     /// The table's update rule for `width` values per row with step `alpha`.
     pub fn spec(self, alpha: f32, width: u32) -> UpdateRuleSpec {
@@ -210,7 +215,7 @@ impl ServerRule {
 
     /// Whether a cached row with own deltas at the local scale equals the shard's when no
     /// one else writes it (`sgd` only; see `UpdateRuleSpec::local_scale`). Under the others,
-    /// an async row only this worker writes must be refreshed.
+    /// a read after an own write waits for the shard's copy (`ClientCore::get_shared`).
     pub fn local_view_exact(self) -> bool {
         matches!(self, ServerRule::Sgd)
     }
@@ -443,6 +448,27 @@ mod tests {
         assert!(ServerRule::Sgd.local_view_exact());
         assert!(!ServerRule::Adagrad.local_view_exact());
         assert!(!ServerRule::AdaRevision.local_view_exact());
+    }
+
+    #[test]
+    fn default_first_steps_scale_with_the_gradient() {
+        // Bösen's start: G = G_max = 1, so a small gradient takes a small first step (an
+        // accumulator near 0 would step about alpha whatever the gradient).
+        let reg = RuleRegistry::new();
+        let alpha = ServerRule::DEFAULT_ALPHA;
+        assert_eq!(alpha, 0.1);
+        for rule in [ServerRule::AdaRevision, ServerRule::Adagrad] {
+            let mut r = reg.build(&rule.spec(alpha, 1)).unwrap();
+            let mut row = Row::Dense(vec![0.0; rule.row_width(1) as usize]);
+            let read = row.clone();
+            let delta = match rule {
+                ServerRule::AdaRevision => adarevision_delta(&[0.01], &read),
+                _ => Row::Dense(vec![0.01]),
+            };
+            r.apply(RowId(0), &mut row, &delta);
+            // AdaRevision: 0.1 * 0.01 / sqrt(1 + 1e-4); Adagrad: 0.1 * 0.01 / (0.01 + 1).
+            assert!((row.get(0) + 0.001).abs() < 2e-5, "{rule:?}: {row:?}");
+        }
     }
 
     #[test]

@@ -1,23 +1,29 @@
-//! Managed communication from server to clients (Bösen, Wei et al., SoCC 2015): a shard
-//! spends a per-tick byte budget pushing the rows that changed most to the workers that
-//! hold them, so their cached reads get fresher before their next miss.
+//! Managed communication from server to clients (Bösen, Wei et al., SoCC 2015): when its
+//! min clock advances a shard pushes every changed row to the workers that hold a stale
+//! copy; between advances it sends paced partial pushes of the top rows, so cached reads
+//! get fresher before their next miss.
 //!
-//! The decision is [`PsShardCore::server_push_tick`](crate::core::shard::PsShardCore::server_push_tick);
-//! the shard actor calls it on a timer. A push is a
-//! [`ShardAction::Push`](crate::core::shard::ShardAction::Push) at the current min clock, as
-//! ESSP's, so installing it never weakens a cached row's guarantee.
+//! The decisions are [`PsShardCore::server_push_tick`](crate::core::shard::PsShardCore::server_push_tick)
+//! (the shard actor calls it on a timer with the wall time) and the min-clock advance. Both
+//! spend one [`Pacer`](crate::core::managed::Pacer): after `N` bytes the ticks wait
+//! `N / bytes_per_s`. A row's priority is Bösen's accumulated relative change
+//! ([`relative_change`](crate::core::managed::relative_change)) since it was last pushed.
+//! A push is a [`ShardAction::Push`](crate::core::shard::ShardAction::Push) at the current
+//! min clock, as ESSP's, so installing it never weakens a cached row's guarantee.
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::managed::{BandwidthManager, SendPolicy};
+use crate::core::managed::{BandwidthManager, DEFAULT_BATCH_BYTES, SendPolicy};
 
 /// Server-push settings of one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ServerPushConfig {
     /// Which changed rows go first.
     pub policy: SendPolicy,
-    /// Row bytes (`Row::wire_size` per row and holder) one tick may push.
-    pub budget_bytes_per_tick: usize,
+    /// The pacing rate of the pushes (the min-clock pushes count too), bytes per second.
+    pub bytes_per_s: u64,
+    /// Row bytes (`Row::wire_size` per row and holder) one partial push may carry.
+    pub batch_bytes: usize,
     /// Time between two ticks, ms (the shard actor's timer).
     pub tick_ms: u64,
     /// Seeds the `Random` order.
@@ -25,11 +31,12 @@ pub struct ServerPushConfig {
 }
 
 impl ServerPushConfig {
-    /// A tick of `tick_ms` whose budget is what `bytes_per_s` carries in one tick.
+    /// Pushes paced at `bytes_per_s` in Bösen's 100 kB batches, a tick every `tick_ms`.
     pub fn at_rate(policy: SendPolicy, bytes_per_s: u64, tick_ms: u64, seed: u64) -> Self {
         ServerPushConfig {
             policy,
-            budget_bytes_per_tick: (bytes_per_s as f64 * tick_ms as f64 / 1000.0) as usize,
+            bytes_per_s,
+            batch_bytes: DEFAULT_BATCH_BYTES,
             tick_ms: tick_ms.max(1),
             seed,
         }
@@ -41,12 +48,15 @@ impl ServerPushConfig {
 pub struct ServerPushStats {
     /// Ticks run.
     pub ticks: u64,
-    /// Row bytes pushed (encoded row sizes, one per row and holder).
+    /// Row bytes pushed (encoded row sizes, one per row and holder), ticks and clocks.
     pub bytes: u64,
     /// Rows pushed (one per row and holder).
     pub rows: u64,
-    /// The most row bytes one tick pushed (never above the budget).
+    /// The most row bytes one tick pushed (never above `batch_bytes`, bar one big row).
     pub max_tick_bytes: u64,
+    /// Row bytes of the pushes at min-clock advances.
+    #[serde(default)]
+    pub clock_bytes: u64,
 }
 
 /// A row changed since it was last pushed.
@@ -54,7 +64,7 @@ pub struct ServerPushStats {
 pub(crate) struct PushPending {
     /// Stamp of its first change since then (FIFO order).
     pub(crate) order: u64,
-    /// Accumulated `|delta|_1` since then.
+    /// Accumulated relative change since then (the priority).
     pub(crate) magnitude: f32,
 }
 
@@ -68,8 +78,10 @@ pub(crate) struct ServerPush {
 
 impl ServerPush {
     pub(crate) fn new(cfg: ServerPushConfig) -> Self {
+        let mut manager = BandwidthManager::new(cfg.bytes_per_s, cfg.policy, cfg.seed);
+        manager.batch_bytes = cfg.batch_bytes;
         ServerPush {
-            manager: BandwidthManager::new(cfg.budget_bytes_per_tick, cfg.policy, cfg.seed),
+            manager,
             cfg,
             stats: ServerPushStats::default(),
         }
@@ -122,12 +134,14 @@ mod tests {
         }
     }
 
-    /// A shard where rows 0..3 hold 100, 1, 10 and worker 1 has read rows 0, 1, 2.
-    fn shard(policy: SendPolicy, budget_rows: usize) -> PsShardCore {
+    /// A shard where rows 0..3 hold 100, 1, 10 and worker 1 has read rows 0, 1, 2; a push
+    /// carries `batch_rows` rows, paced at `batch_rows` rows per second.
+    fn shard(policy: SendPolicy, batch_rows: usize) -> PsShardCore {
         let mut s = PsShardCore::new(2, vec![spec()]).unwrap();
         s.enable_server_push(ServerPushConfig {
             policy,
-            budget_bytes_per_tick: budget_rows * row_bytes(),
+            bytes_per_s: (batch_rows * row_bytes()) as u64,
+            batch_bytes: batch_rows * row_bytes(),
             tick_ms: 10,
             seed: 1,
         });
@@ -142,7 +156,7 @@ mod tests {
             );
         }
         // Nothing changed since the replies: nothing to push.
-        assert!(s.server_push_tick().is_empty());
+        assert!(s.server_push_tick(0.0).is_empty());
         s
     }
 
@@ -160,14 +174,16 @@ mod tests {
     }
 
     #[test]
-    fn relative_magnitude_first_within_the_budget_and_the_rest_later() {
+    fn paced_partial_pushes_go_by_accumulated_relative_change() {
         let mut s = shard(SendPolicy::RelativeMagnitude, 2);
-        // Changes (insertion order): row0 += 5 (rel 5/105), row1 += .5 (.5/1.5), row2 += 4 (4/14).
+        // Changes: row0 += 5 then -5 (5/100 + 5/105, gross), row1 += .5 (.5/1), row2 += 4
+        // (4/10).
         s.handle_batch(&batch(0, 2, &[(0, 5.0), (1, 0.5), (2, 4.0)]))
             .unwrap();
+        s.handle_batch(&batch(0, 3, &[(0, -5.0)])).unwrap();
         // Row 3 changed too but nobody holds it: never pushed.
-        s.handle_batch(&batch(0, 3, &[(3, 50.0)])).unwrap();
-        let first = s.server_push_tick();
+        s.handle_batch(&batch(0, 4, &[(3, 50.0)])).unwrap();
+        let first = s.server_push_tick(1.0);
         assert_eq!(pushed_rows(&first), vec![(1, 1), (1, 2)]);
         match &first[0] {
             ShardAction::Push { rows, clock, .. } => {
@@ -178,32 +194,53 @@ mod tests {
         }
         let stats = s.server_push_stats();
         assert_eq!(stats.bytes, 2 * row_bytes() as u64);
-        assert!(stats.max_tick_bytes <= 2 * row_bytes() as u64);
-        // Row 0 was left out; it goes next tick, and nothing twice.
-        assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 0)]);
-        assert!(s.server_push_tick().is_empty());
-        assert_eq!(s.server_push_stats().ticks, 4);
+        assert_eq!(stats.max_tick_bytes, 2 * row_bytes() as u64);
+        // Two rows' bytes at two rows per second: the next push waits a second.
+        assert!(s.server_push_tick(1.5).is_empty());
+        assert_eq!(pushed_rows(&s.server_push_tick(2.0)), vec![(1, 0)]);
+        assert!(s.server_push_tick(3.0).is_empty());
+        assert_eq!(s.server_push_stats().ticks, 5);
         assert_eq!(s.server_push_stats().rows, 3);
     }
 
     #[test]
-    fn fifo_order_cost_per_holder_and_zero_budget() {
+    fn a_min_clock_advance_pushes_every_changed_row_and_counts_against_the_pace() {
         let mut s = shard(SendPolicy::Fifo, 1);
-        // Worker 0 holds row 2 too: pushing row 2 now costs two rows, more than the budget.
+        // Worker 0 holds row 2 too: pushing row 2 costs two rows.
         s.handle_read(&read(WorkerId(0), 9, T, RowId(2), 0))
             .unwrap();
         s.handle_batch(&batch(0, 2, &[(2, 1.0), (0, 1.0), (1, 1.0)]))
             .unwrap();
-        assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 0)]);
-        assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 1)]);
-        assert!(s.server_push_stats().max_tick_bytes <= row_bytes() as u64);
+        // Fifo: row 2 first, alone (a row larger than the batch still goes).
+        assert_eq!(pushed_rows(&s.server_push_tick(1.0)), vec![(0, 2), (1, 2)]);
+        // Both workers end clock 0: every changed row goes to its stale holders at once.
+        let mut end = batch(0, 3, &[(1, 1.0)]);
+        end.end_of_clock = true;
+        assert!(s.handle_batch(&end).unwrap().is_empty());
+        let mut end = batch(1, 1, &[]);
+        end.end_of_clock = true;
+        let at_clock = s.handle_batch(&end).unwrap();
+        assert_eq!(pushed_rows(&at_clock), vec![(1, 0), (1, 1)]);
+        assert!(
+            at_clock
+                .iter()
+                .all(|a| matches!(a, ShardAction::Push { clock: 1, .. }))
+        );
+        let stats = s.server_push_stats();
+        assert_eq!(stats.clock_bytes, 2 * row_bytes() as u64);
+        // Two pushed rows (tick) plus two (clock) at one row per second: ready at 5 s.
+        let mut next = batch(0, 4, &[(0, 1.0)]);
+        next.clock = 1;
+        s.handle_batch(&next).unwrap();
+        assert!(s.server_push_tick(4.5).is_empty());
+        assert_eq!(pushed_rows(&s.server_push_tick(5.0)), vec![(1, 0)]);
+        // A zero rate pushes only at clocks; off: no ticks, no holders tracked.
         let mut z = shard(SendPolicy::Fifo, 0);
         z.handle_batch(&batch(0, 2, &[(0, 1.0)])).unwrap();
-        assert!(z.server_push_tick().is_empty());
+        assert!(z.server_push_tick(1.0).is_empty());
         assert_eq!(z.server_push_stats().bytes, 0);
-        // Off: no ticks, no holders tracked.
         let mut off = PsShardCore::new(1, vec![spec()]).unwrap();
-        assert!(off.server_push_tick().is_empty());
+        assert!(off.server_push_tick(1.0).is_empty());
         assert_eq!(off.server_push_stats(), ServerPushStats::default());
     }
 
@@ -230,7 +267,7 @@ mod tests {
         let own = c1.take_early(&[(T, RowId(0))]);
         // Worker 0 adds 5; the shard pushes the row to worker 1 before its next miss.
         s.handle_batch(&batch(0, 1, &[(0, 5.0)])).unwrap();
-        let pushes = s.server_push_tick();
+        let pushes = s.server_push_tick(1.0);
         assert_eq!(pushed_rows(&pushes), vec![(1, 0)]);
         for a in pushes {
             c1.handle(0, a).unwrap();
@@ -245,7 +282,7 @@ mod tests {
         for b in own {
             s.handle_batch(&b).unwrap();
         }
-        for a in s.server_push_tick() {
+        for a in s.server_push_tick(2.0) {
             c1.handle(0, a).unwrap();
         }
         assert_eq!(c1.cached(T, RowId(0)).unwrap().0, &Row::Dense(vec![6.0]));

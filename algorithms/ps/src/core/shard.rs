@@ -1,12 +1,13 @@
 // Over 600 lines: the shard is one state machine (reads, updates, clocks, checkpoints, push).
 //! `PsShardCore`: the state machine of one server shard for the rows it owns.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::delay::UpdateDelay;
 use crate::core::error::PsCoreError;
-use crate::core::managed::Candidate;
+use crate::core::managed::{Candidate, relative_change};
 use crate::core::rules::{RuleRegistry, UpdateRule};
 use crate::core::server_push::{PushPending, ServerPush, ServerPushConfig, ServerPushStats};
 use crate::core::types::{
@@ -48,6 +49,19 @@ pub enum ShardAction {
         /// Updates of this worker the rows include (sequence number).
         ack_seq: u64,
     },
+    /// What the reply or push just before it holds, on a table with
+    /// `TableSpec::content_clocks`: every update of writer `w`'s clocks
+    /// `< writer_clocks[w]` (content staleness, beside the row clock's bound).
+    Content {
+        /// The reader.
+        worker: WorkerId,
+        /// The table.
+        table: TableId,
+        /// The replied row; `None` after a push (every subscribed row of the table).
+        row: Option<RowId>,
+        /// Per writer (worker id), the clocks it completed whose updates are applied.
+        writer_clocks: Vec<Clock>,
+    },
     /// Answer to [`PsShardCore::ack`]: `worker`'s batches up to `ack_seq` are applied.
     Ack {
         /// The worker.
@@ -63,6 +77,7 @@ impl ShardAction {
         match self {
             ShardAction::Reply { worker, .. }
             | ShardAction::Push { worker, .. }
+            | ShardAction::Content { worker, .. }
             | ShardAction::Ack { worker, .. } => *worker,
         }
     }
@@ -105,6 +120,11 @@ struct TableState {
     dirty: HashSet<RowId>,
     /// Server push: rows modified since they were last pushed, with their accumulated change.
     changed: HashMap<RowId, PushPending>,
+    /// Updates held back (`TableSpec::update_delay`): row, delta, clock, writer.
+    delay: Option<UpdateDelay<(RowId, SharedRow, Clock, WorkerId)>>,
+    /// Per writer, the clocks of its held updates, oldest first (a writer's clocks never
+    /// decrease and the queue is FIFO, so the front is its oldest).
+    held_clocks: HashMap<WorkerId, VecDeque<Clock>>,
 }
 
 impl StoredRow {
@@ -256,6 +276,7 @@ impl PsShardCore {
         for spec in tables {
             let rule = registry.build(&spec.update_rule)?;
             let id = spec.id;
+            let spec_delay = usize::try_from(spec.update_delay).unwrap_or(usize::MAX);
             let st = TableState {
                 spec,
                 rule,
@@ -264,6 +285,8 @@ impl PsShardCore {
                 sub_workers: BTreeSet::new(),
                 dirty: HashSet::new(),
                 changed: HashMap::new(),
+                delay: (spec_delay > 0).then(|| UpdateDelay::new(spec_delay)),
+                held_clocks: HashMap::new(),
             };
             if map.insert(id, st).is_some() {
                 return Err(PsCoreError::DuplicateTable(id));
@@ -479,40 +502,68 @@ impl PsShardCore {
             t.spec.check_delta(u.row, &u.delta)?;
         }
         self.open_cuts_up_to(clock);
-        let tracking = self.push.is_some();
         for u in &batch.updates {
-            let stamp = self.next_stamp;
-            self.next_stamp += 1;
             let Some(t) = self.tables.get_mut(&u.table) else {
                 continue; // validated above
             };
-            let stored = t
-                .rows
-                .entry(u.row)
-                .or_insert_with(|| StoredRow::new(t.spec.zero_row()));
-            t.rule.apply(u.row, stored.data.make_mut(), &u.delta);
-            stored.stamp = stamp;
-            // Cuts of later checkpoint clocks take this update too (cuts open only when every
-            // table's rule keeps its whole state in the row).
-            for cut in self.cuts.open.range_mut(clock + 1..).map(|(_, c)| c) {
-                let zero = t.spec.zero_row();
-                let row = cut.entry(u.table).or_default().entry(u.row);
-                let row = row.or_insert_with(|| SharedRow::new(zero));
-                t.rule.apply(u.row, row.make_mut(), &u.delta);
-            }
-            if t.spec.consistency.is_essp() {
-                t.dirty.insert(u.row);
-            }
-            if tracking {
-                let p = t.changed.entry(u.row).or_insert(PushPending {
-                    order: stamp,
-                    magnitude: 0.0,
-                });
-                p.magnitude += u.delta.l1_norm();
+            let update = (u.row, u.delta.clone(), clock, worker);
+            let due = match t.delay.as_mut() {
+                Some(held) => {
+                    t.held_clocks.entry(worker).or_default().push_back(clock);
+                    let due = held.push(update);
+                    if let Some(w) = due.as_ref().and_then(|d| t.held_clocks.get_mut(&d.3)) {
+                        w.pop_front();
+                    }
+                    due
+                }
+                None => Some(update),
+            };
+            if let Some((row, delta, at, _)) = due {
+                self.apply_one(u.table, row, &delta, at);
             }
         }
         self.workers[worker.0 as usize].applied_seq = batch.seq;
         Ok(())
+    }
+
+    /// Folds one update of clock `clock` into `row` of `table` with the table's rule.
+    fn apply_one(&mut self, table: TableId, row: RowId, delta: &Row, clock: Clock) {
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let tracking = self.push.is_some();
+        let Some(t) = self.tables.get_mut(&table) else {
+            return;
+        };
+        let stored = t
+            .rows
+            .entry(row)
+            .or_insert_with(|| StoredRow::new(t.spec.zero_row()));
+        // Server push's priority: the change relative to the value before it.
+        let change = if tracking {
+            relative_change(Some(&stored.data), delta)
+        } else {
+            0.0
+        };
+        t.rule.apply(row, stored.data.make_mut(), delta);
+        stored.stamp = stamp;
+        // Cuts of later checkpoint clocks take this update too (cuts open only when every
+        // table's rule keeps its whole state in the row).
+        for cut in self.cuts.open.range_mut(clock + 1..).map(|(_, c)| c) {
+            let zero = t.spec.zero_row();
+            let r = cut.entry(table).or_default().entry(row);
+            let r = r.or_insert_with(|| SharedRow::new(zero));
+            t.rule.apply(row, r.make_mut(), delta);
+        }
+        if t.spec.consistency.is_essp() {
+            t.dirty.insert(row);
+        }
+        if tracking {
+            let p = t.changed.entry(row).or_insert(PushPending {
+                order: stamp,
+                magnitude: 0.0,
+            });
+            p.magnitude += change;
+        }
     }
 
     /// The worker completed clock `completed` (its current one). Returns the reads released
@@ -562,7 +613,13 @@ impl PsShardCore {
             t.sub_workers.insert(r.worker);
         }
         if (consistency == Consistency::Async && !sync) || r.min_clock <= self.min_clock {
-            Ok(vec![self.reply(r)])
+            let mut out = vec![self.reply(r)];
+            out.extend(
+                (!sync)
+                    .then(|| self.content(r.worker, r.table, Some(r.row)))
+                    .flatten(),
+            );
+            Ok(out)
         } else {
             self.pending.entry(r.min_clock).or_default().push(r.clone());
             Ok(Vec::new())
@@ -587,14 +644,33 @@ impl PsShardCore {
             .map_or_else(ServerPushStats::default, |p| p.stats)
     }
 
-    /// One server-push tick: picks, in the policy's order, the changed rows whose pushes to
-    /// all their stale holders fit the byte budget, and returns one [`ShardAction::Push`] per
-    /// (worker, table) at the current min clock. Rows left out wait for later ticks.
-    pub fn server_push_tick(&mut self) -> Vec<ShardAction> {
+    /// One server-push tick at `now_s` (seconds on any fixed clock): when the pacer allows,
+    /// the changed rows, in the policy's order, whose pushes to all their stale holders fit
+    /// one batch; one [`ShardAction::Push`] per (worker, table) at the current min clock.
+    /// Rows left out wait for later ticks or the next min-clock advance.
+    pub fn server_push_tick(&mut self, now_s: f64) -> Vec<ShardAction> {
         let Some(push) = self.push.as_mut() else {
             return Vec::new();
         };
-        let eps = push.manager.eps;
+        push.stats.ticks += 1;
+        if !push.manager.pacer.ready(now_s) {
+            return Vec::new();
+        }
+        let budget = push.manager.batch_bytes;
+        let (out, bytes) = self.push_changed(Some(budget));
+        if let Some(push) = self.push.as_mut() {
+            push.manager.pacer.charge(now_s, bytes as usize);
+            push.stats.max_tick_bytes = push.stats.max_tick_bytes.max(bytes);
+        }
+        out
+    }
+
+    /// Pushes changed rows to their stale holders: the policy's top rows within `budget`
+    /// bytes, or every one (`None`). Returns the pushes and their row bytes.
+    fn push_changed(&mut self, budget: Option<usize>) -> (Vec<ShardAction>, u64) {
+        let Some(push) = self.push.as_mut() else {
+            return (Vec::new(), 0);
+        };
         let mut cands = Vec::new();
         for (&table, t) in self.tables.iter_mut() {
             let (rows, subs) = (&t.rows, &t.subs);
@@ -612,13 +688,21 @@ impl PsShardCore {
                     table,
                     row: *row,
                     bytes: stored.data.wire_size() * stale,
-                    relative_magnitude: pending.magnitude / (stored.data.l1_norm() + eps),
+                    relative_magnitude: pending.magnitude,
                     order: pending.order,
                 });
                 true
             });
         }
-        let chosen = push.manager.select(cands);
+        let chosen = match budget {
+            Some(b) => push.manager.select(cands, b),
+            // Every row, in row order (as ESSP's pushes).
+            None => {
+                let mut all: Vec<_> = cands.iter().map(|c| (c.table, c.row)).collect();
+                all.sort();
+                all
+            }
+        };
         let mut per: BTreeMap<(WorkerId, TableId), Vec<(RowId, SharedRow)>> = BTreeMap::new();
         let (mut bytes, mut rows_sent) = (0u64, 0u64);
         for (table, row) in chosen {
@@ -632,11 +716,9 @@ impl PsShardCore {
                 per.entry((w, table)).or_default().push((row, data));
             }
         }
-        push.stats.ticks += 1;
         push.stats.bytes += bytes;
         push.stats.rows += rows_sent;
-        push.stats.max_tick_bytes = push.stats.max_tick_bytes.max(bytes);
-        per.into_iter()
+        let out = (per.into_iter())
             .map(|((worker, table), rows)| ShardAction::Push {
                 worker,
                 table,
@@ -644,7 +726,8 @@ impl PsShardCore {
                 clock: self.min_clock,
                 ack_seq: self.workers[worker.0 as usize].applied_seq,
             })
-            .collect()
+            .collect();
+        (out, bytes)
     }
 
     /// Tells `worker` which of its update batches (all sent before this, FIFO) are applied.
@@ -697,6 +780,27 @@ impl PsShardCore {
         }
     }
 
+    /// The [`ShardAction::Content`] of a reply to `worker` of `row` of `table` (`None` =
+    /// after a push), when the table asks for it. Updates are applied on arrival, FIFO per
+    /// writer, so every row holds each writer's updates of the clocks it completed here;
+    /// with an injected delay (`update_delay`) the held ones are not yet in, and the writer
+    /// counts as of its oldest held update's clock.
+    fn content(&self, worker: WorkerId, table: TableId, row: Option<RowId>) -> Option<ShardAction> {
+        let t = self.tables.get(&table).filter(|t| t.spec.content_clocks)?;
+        let mut writer_clocks: Vec<Clock> = self.workers.iter().map(|w| w.clock).collect();
+        for (w, held) in &t.held_clocks {
+            if let (Some(c), Some(&at)) = (writer_clocks.get_mut(w.0 as usize), held.front()) {
+                *c = (*c).min(at);
+            }
+        }
+        Some(ShardAction::Content {
+            worker,
+            table,
+            row,
+            writer_clocks,
+        })
+    }
+
     fn recompute_min(&mut self) -> Vec<ShardAction> {
         let Some(new_min) = self
             .workers
@@ -719,6 +823,7 @@ impl PsShardCore {
         let ready = std::mem::replace(&mut self.pending, still_waiting);
         for r in ready.into_values().flatten() {
             out.push(self.reply(&r));
+            out.extend(self.content(r.worker, r.table, Some(r.row)));
         }
         // ESSP pushes, after the replies so that rows just replied are not pushed again.
         for (&table, t) in self.tables.iter_mut() {
@@ -746,6 +851,23 @@ impl PsShardCore {
                     ack_seq: self.workers[worker.0 as usize].applied_seq,
                 });
             }
+        }
+        // Server push: every changed row to its stale holders, charged to the pacer.
+        let (pushed, bytes) = self.push_changed(None);
+        if let Some(push) = self.push.as_mut() {
+            push.manager.pacer.charge_now(bytes as usize);
+            push.stats.clock_bytes += bytes;
+        }
+        out.extend(pushed);
+        // What the pushes' readers now hold, after them.
+        let readers: Vec<(WorkerId, TableId)> = (out.iter())
+            .filter_map(|a| match a {
+                ShardAction::Push { worker, table, .. } => Some((*worker, *table)),
+                _ => None,
+            })
+            .collect();
+        for (worker, table) in readers {
+            out.extend(self.content(worker, table, None));
         }
         out
     }

@@ -99,7 +99,12 @@ impl Sim {
                     ops: VecDeque::new(),
                     blocked: false,
                     blocked_on: 0,
-                    mgr: BandwidthManager::new(0, SendPolicy::RelativeMagnitude, u64::from(w)),
+                    // Unpaced: the ops choose when to send.
+                    mgr: BandwidthManager::new(
+                        u64::MAX,
+                        SendPolicy::RelativeMagnitude,
+                        u64::from(w),
+                    ),
                 })
                 .collect(),
             to_shard: (0..n_workers)
@@ -254,8 +259,11 @@ impl Sim {
                 }
             }
             Op::Early { budget } => {
-                self.workers[w].mgr.budget_bytes_per_tick = budget;
-                let b = self.workers[w].mgr.tick(&mut self.clients[w]);
+                let mgr = &mut self.workers[w].mgr;
+                mgr.batch_bytes = budget;
+                // Each early send a second after the last: an unpaced manager is ready.
+                let now_s = (mgr.stats().early_sends + 1) as f64;
+                let b = mgr.tick(&mut self.clients[w], now_s);
                 self.send_batches(w, b);
                 self.workers[w].ops.pop_front();
                 return;

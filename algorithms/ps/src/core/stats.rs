@@ -13,7 +13,7 @@ pub struct StalenessStats {
 }
 
 /// A plain report of `StalenessStats`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct StalenessReport {
     /// Reads recorded.
     pub count: u64,

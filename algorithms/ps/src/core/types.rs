@@ -214,6 +214,14 @@ pub struct TableSpec {
     /// not applied yet. Off, a cached row is the shard's value only (ps-lite's push/pull).
     #[serde(default = "read_my_writes_default")]
     pub read_my_writes: bool,
+    /// Updates each shard holds back before applying one (0: applied on arrival): an
+    /// injected delay, counted in updates to the shard, for delay-tolerance experiments.
+    #[serde(default)]
+    pub update_delay: u64,
+    /// Shards follow each reply and push with the writers' clocks it holds
+    /// (`ShardAction::Content`), so readers measure content staleness.
+    #[serde(default)]
+    pub content_clocks: bool,
 }
 
 fn read_my_writes_default() -> bool {
@@ -230,12 +238,26 @@ impl TableSpec {
             consistency,
             update_rule: UpdateRuleSpec::Sum,
             read_my_writes: true,
+            update_delay: 0,
+            content_clocks: false,
         }
     }
 
     /// The same table with read-my-writes on or off.
     pub fn with_read_my_writes(mut self, on: bool) -> Self {
         self.read_my_writes = on;
+        self
+    }
+
+    /// The same table with each shard holding every update back for `delay` later ones.
+    pub fn with_update_delay(mut self, delay: u64) -> Self {
+        self.update_delay = delay;
+        self
+    }
+
+    /// The same table with content clocks on or off (see `content_clocks`).
+    pub fn with_content_clocks(mut self, on: bool) -> Self {
+        self.content_clocks = on;
         self
     }
 

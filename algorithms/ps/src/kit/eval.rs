@@ -139,6 +139,15 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
         st
     }
 
+    /// The content staleness of every worker's reads, merged.
+    pub fn content_staleness(&self) -> StalenessStats {
+        let mut st = StalenessStats::new();
+        for r in &self.reports {
+            st.merge(&r.content_staleness);
+        }
+        st
+    }
+
     /// Min clock when the target was reached, else at the last evaluation.
     pub fn iterations(&self) -> u64 {
         self.reached

@@ -50,6 +50,10 @@ pub struct WorkerDone {
     /// Seconds from its first step to this report (0 when the app does not measure it).
     #[serde(default)]
     pub run_s: f64,
+    /// Content staleness of its reads of the shared table (per read and other writer, the
+    /// clocks of that writer's updates the copy lacks; empty without content clocks).
+    #[serde(default)]
+    pub content_staleness: StalenessStats,
 }
 remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
 
@@ -60,6 +64,7 @@ impl WorkerDone {
             worker: client.worker(),
             clocks: client.current_clock(),
             staleness: client.table_stats(table),
+            content_staleness: client.content_stats(table),
             reads: client.read_stats(),
             ..WorkerDone::default()
         }

@@ -6,7 +6,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::core::managed::{BandwidthManager, SendPolicy, budget_for};
+use crate::core::managed::{BandwidthManager, SendPolicy};
 use crate::core::straggler::StragglerModel;
 use crate::error::PsError;
 use crate::kit::PsCheckpointing;
@@ -16,17 +16,19 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default)]
 pub struct ManagedSettings {
-    /// Managed communication (Bösen): while a clock computes, send the pending updates early
-    /// in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`. Unset:
-    /// updates leave only at the clock boundary.
+    /// Managed communication (Bösen): a clock sends only the rows older than the staleness
+    /// tolerance plus one priority batch, and a background sender sends the pending rows in
+    /// this order (fifo, random, relative-magnitude) paced at `managed_bytes_per_s` (ps-lda's
+    /// shards push too). Unset: updates leave only at the clock boundary.
     #[arg(long, value_enum)]
     pub managed: Option<SendPolicy>,
-    /// Slices a clock's compute is cut into (updates become pending slice by slice; managed
-    /// communication gets one tick per slice).
+    /// Slices a clock's compute is cut into under managed communication: updates become
+    /// pending slice by slice, and each slice reads its rows through the cache, so rows
+    /// that arrived meanwhile reach it.
     #[arg(long, default_value_t = 4)]
     pub compute_slices: u32,
-    /// Bandwidth budget of managed communication, bytes per second per worker (and, for
-    /// ps-mf's `server_push`, per shard).
+    /// Bandwidth budget of managed communication, bytes per second per worker (and per
+    /// shard for server push), clock sends included.
     #[arg(long, default_value_t = 1_000_000)]
     pub managed_bytes_per_s: u64,
 }
@@ -55,11 +57,9 @@ impl ManagedSettings {
         }
     }
 
-    /// The worker's manager (`None` without `managed`), with ticks of `tick_s` seconds.
-    pub fn manager(&self, tick_s: f64, seed: u64) -> Option<BandwidthManager> {
-        self.managed.map(|policy| {
-            BandwidthManager::new(budget_for(self.managed_bytes_per_s, tick_s), policy, seed)
-        })
+    /// The worker's manager (`None` without `managed`), paced at `managed_bytes_per_s`.
+    pub fn manager(&self, seed: u64) -> Option<BandwidthManager> {
+        (self.managed).map(|policy| BandwidthManager::new(self.managed_bytes_per_s, policy, seed))
     }
 }
 
@@ -282,10 +282,11 @@ mod tests {
             compute_slices: 4,
         };
         assert_eq!(s.slices(), 1);
-        assert!(s.manager(0.5, 1).is_none());
+        assert!(s.manager(1).is_none());
         s.managed = Some(SendPolicy::Fifo);
         assert_eq!(s.slices(), 4);
-        assert_eq!(s.manager(0.5, 1).unwrap().budget_bytes_per_tick, 500);
+        let pacer = s.manager(1).map(|m| m.pacer);
+        assert_eq!(pacer, Some(crate::core::managed::Pacer::new(1000)));
         let mut c = SettingChecks::new();
         s.check(&mut c);
         assert!(c.finish().is_ok());

@@ -11,9 +11,11 @@ use tokio::sync::Notify;
 
 use crate::core::client::{ClientCore, GetOutcome, PushTicket};
 use crate::core::error::PsCoreError;
-use crate::core::managed::BandwidthManager;
+use crate::core::managed::{BandwidthManager, ManagedStats};
 use crate::core::stats::{ReadStats, StalenessStats};
-use crate::core::types::{Clock, ReadRequest, Row, RowId, SharedRow, TableId, TableSpec, WorkerId};
+use crate::core::types::{
+    Clock, ReadRequest, Row, RowId, ShardBatch, SharedRow, TableId, TableSpec, WorkerId,
+};
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
 use crate::shells::messages::{
@@ -27,6 +29,24 @@ struct ClientShared {
     core: ClientCore,
     error: Option<String>,
     stop: Option<String>,
+    /// Managed communication's manager, shared by `clock()` and the background sender.
+    managed: Option<BandwidthManager>,
+}
+
+/// Bösen's idle poll of the background sender when there is nothing to send (ms).
+const SENDER_IDLE_MS: u64 = 5;
+
+/// Sends `batches` to their shards (`shards[b.shard]`).
+fn send_batches(shards: &[ActorRef<ToShard>], batches: Vec<ShardBatch>) -> Result<usize, String> {
+    let mut rows = 0;
+    for b in batches {
+        rows += b.batch.updates.len();
+        let shard = b.shard;
+        let r = (shards.get(shard as usize)).ok_or_else(|| format!("no shard {shard}"))?;
+        r.tell(ToShard::Batch(b), PS_PRIORITY)
+            .map_err(|e| format!("send to ps shard {shard}: {e}"))?;
+    }
+    Ok(rows)
 }
 
 /// The actor that feeds shard replies and pushes into a worker's `ClientCore`.
@@ -84,6 +104,8 @@ pub struct PsClient {
     reads: std::cell::Cell<ReadStats>,
     /// The node's name, for `/metrics`.
     node_name: String,
+    /// The zero of the wall time given to managed communication's pacer.
+    epoch: std::time::Instant,
 }
 
 impl PsClient {
@@ -111,6 +133,7 @@ impl PsClient {
             core,
             error: None,
             stop: None,
+            managed: None,
         }));
         let notify = Rc::new(Notify::new());
         let inbox = ClientInbox {
@@ -138,6 +161,7 @@ impl PsClient {
             timeout: node.default_timeout(),
             reads: std::cell::Cell::new(ReadStats::default()),
             node_name: node.name().to_string(),
+            epoch: std::time::Instant::now(),
         })
     }
 
@@ -159,6 +183,11 @@ impl PsClient {
     /// Staleness of the reads of one table.
     pub fn table_stats(&self, table: TableId) -> StalenessStats {
         self.shared.borrow().core.table_stats(table)
+    }
+
+    /// Content staleness of the reads of one table (`TableSpec::content_clocks`).
+    pub fn content_stats(&self, table: TableId) -> StalenessStats {
+        self.shared.borrow().core.content_stats(table)
     }
 
     /// Why a stop was requested (by a controller's `ToClient::Stop`), if it was.
@@ -418,12 +447,23 @@ impl PsClient {
         Ok(self.shared.borrow_mut().core.batch_inc(table, row, delta)?)
     }
 
-    /// `Clock()`: flushes the oplog to every shard and advances this worker's clock.
+    /// `Clock()`: flushes the oplog to every shard and advances this worker's clock; under
+    /// managed communication ([`start_managed`](Self::start_managed)) only the aged rows
+    /// and one priority batch go, charged to the pacer.
     pub fn clock(&self) -> Result<(), PsError> {
+        self.clock_flushing(false)
+    }
+
+    /// `Clock()`, flushing the whole oplog when `all`.
+    fn clock_flushing(&self, all: bool) -> Result<(), PsError> {
         self.check()?;
+        let now_s = self.epoch.elapsed().as_secs_f64();
         let (batches, observed, clock) = {
-            let mut s = self.shared.borrow_mut();
-            let batches = s.core.clock();
+            let s = &mut *self.shared.borrow_mut();
+            let batches = match s.managed.as_mut() {
+                Some(m) if !all => m.clock(&mut s.core, now_s),
+                _ => s.core.clock(),
+            };
             (batches, s.core.take_observed(), s.core.current_clock())
         };
         let m = &petrel_observe::metrics().ps;
@@ -438,8 +478,9 @@ impl PsClient {
     }
 
     /// `GlobalBarrier()`: `clock()`, then waits until every worker completed it on every shard.
+    /// Flushes the whole oplog, managed or not: a barrier's table is complete.
     pub async fn barrier(&self) -> Result<(), PsError> {
-        self.clock()?;
+        self.clock_flushing(true)?;
         let reqs = {
             let mut s = self.shared.borrow_mut();
             (0..self.layout.n_shards())
@@ -458,21 +499,54 @@ impl PsClient {
         }
     }
 
-    /// Managed communication: one tick of `manager`, sending the oplog rows it picks as
-    /// early batches. Returns the number of rows sent.
-    pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, PsError> {
-        self.check()?;
-        let batches = manager.tick(&mut self.shared.borrow_mut().core);
-        let mut rows = 0;
-        for b in batches {
-            rows += b.batch.updates.len();
-            self.send(b.shard, ToShard::Batch(b))?;
+    /// Starts managed communication with `manager`: `Inc`s accumulate priorities, `clock()`
+    /// sends what the manager forces, and a background task on this thread sends the top
+    /// rows whenever the pacer allows, while the worker computes or waits.
+    pub fn start_managed(&self, manager: BandwidthManager) {
+        {
+            let mut s = self.shared.borrow_mut();
+            s.core.set_prioritise(true);
+            s.managed = Some(manager);
         }
-        Ok(rows)
+        let (weak, shards, epoch) = (Rc::downgrade(&self.shared), self.shards.clone(), self.epoch);
+        actix::spawn(async move {
+            while let Some(wait) = sender_tick(&weak, &shards, epoch) {
+                tokio::time::sleep(wait).await;
+            }
+        });
+    }
+
+    /// A background send now if one is due: for a worker computing without yielding to
+    /// the timer (call it between pieces of work). Returns the rows sent.
+    pub fn pace(&self) -> Result<usize, PsError> {
+        self.check()?;
+        let now_s = self.epoch.elapsed().as_secs_f64();
+        let batches = {
+            let s = &mut *self.shared.borrow_mut();
+            match s.managed.as_mut() {
+                Some(m) => m.tick(&mut s.core, now_s),
+                None => return Ok(0),
+            }
+        };
+        send_batches(&self.shards, batches).map_err(|e| self.failed(e))
+    }
+
+    /// What managed communication sent so far (`None` when it is off).
+    pub fn managed_stats(&self) -> Option<ManagedStats> {
+        self.shared.borrow().managed.as_ref().map(|m| m.stats())
     }
 
     /// Tells every shard this worker is done (it stops holding back their min clocks).
+    /// Managed communication's held rows go first, and its background sender stops.
     pub fn leave(&self) -> Result<(), PsError> {
+        let held = {
+            let s = &mut *self.shared.borrow_mut();
+            match s.managed.take() {
+                Some(_) => s.core.take_all_early(),
+                None => Vec::new(),
+            }
+        };
+        send_batches(&self.shards, held).map_err(|e| self.failed(e))?;
         for s in 0..self.layout.n_shards() {
             self.send(
                 s,
@@ -483,4 +557,41 @@ impl PsClient {
         }
         Ok(())
     }
+}
+
+impl Drop for PsClient {
+    fn drop(&mut self) {
+        // Stops the background sender.
+        self.shared.borrow_mut().managed = None;
+    }
+}
+
+/// One step of the background sender: a send if the pacer allows, then how long to wait;
+/// `None` once managed communication stopped (the sender ends).
+fn sender_tick(
+    shared: &std::rc::Weak<RefCell<ClientShared>>,
+    shards: &[ActorRef<ToShard>],
+    epoch: std::time::Instant,
+) -> Option<Duration> {
+    let shared = shared.upgrade()?;
+    let now_s = epoch.elapsed().as_secs_f64();
+    let (batches, wait_s) = {
+        let s = &mut *shared.borrow_mut();
+        let m = s.managed.as_mut()?;
+        let batches = m.tick(&mut s.core, now_s);
+        let wait_s = match s.core.has_oplog() {
+            true => m.pacer.wait_s(now_s),
+            false => SENDER_IDLE_MS as f64 / 1000.0,
+        };
+        (batches, wait_s)
+    };
+    if let Err(e) = send_batches(shards, batches) {
+        let mut s = shared.borrow_mut();
+        let w = s.core.worker().0;
+        s.error
+            .get_or_insert(format!("worker {w}: managed send: {e}"));
+        return None;
+    }
+    // At least a millisecond: the timer's resolution.
+    Some(Duration::from_secs_f64(wait_s.clamp(0.001, 1.0)))
 }

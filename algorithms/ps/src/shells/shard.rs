@@ -36,6 +36,8 @@ pub struct ServerShard {
     left: usize,
     events: mpsc::UnboundedSender<ShardEvent>,
     on_checkpoint: Option<OnCheckpoint>,
+    /// The zero of the wall time given to server push's pacer.
+    epoch: std::time::Instant,
 }
 
 /// What a shard does with each checkpoint `(shard, clock, tables)`; an error fails it.
@@ -45,11 +47,13 @@ impl Actor for ServerShard {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Server push: one tick of the core per period.
+        // Server push: one tick of the core per period; the core paces itself.
         if let Some(cfg) = self.core.server_push_config() {
             let period = std::time::Duration::from_millis(cfg.tick_ms.max(1));
             ctx.run_interval(period, |shard, _| {
-                let actions = shard.core.server_push_tick();
+                let actions = shard
+                    .core
+                    .server_push_tick(shard.epoch.elapsed().as_secs_f64());
                 shard.route(actions);
             });
         }
@@ -269,6 +273,7 @@ pub fn start_shard_core(
         left: 0,
         events: tx,
         on_checkpoint,
+        epoch: std::time::Instant::now(),
     }
     .start();
     node.register(&shard_actor_name(shard), addr.clone())?

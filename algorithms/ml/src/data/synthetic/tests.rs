@@ -150,3 +150,30 @@ fn classification_is_separable_by_true_weights() {
         assert_eq!(best as f32, label);
     }
 }
+
+#[test]
+fn power_law_classification_is_sparse_skewed_and_separable() {
+    let params = ClassificationParams {
+        n_samples: 400,
+        n_features: 200,
+        n_classes: 2,
+        margin: 0.1,
+        seed: 5,
+    };
+    let p = power_law_classification(&params, 5, 1.1).unwrap();
+    let mut count = vec![0usize; 200];
+    for (row, &label) in p.dataset.rows.iter().zip(&p.dataset.labels) {
+        assert_eq!(row.indices.len(), 5);
+        assert!(row.indices.windows(2).all(|w| w[0] < w[1]));
+        row.indices.iter().for_each(|&j| count[j as usize] += 1);
+        let s: Vec<f64> = (p.true_weights.rows().into_iter())
+            .map(|w| row.dot(w.as_slice().unwrap()))
+            .collect();
+        assert_eq!(if s[1] > s[0] { 1.0 } else { 0.0 }, label);
+    }
+    // The head feature is far more frequent than the tail's.
+    let tail: usize = count[100..].iter().sum();
+    assert!(count[0] > 5 * tail / 100, "{} vs {tail}", count[0]);
+    assert!(power_law_classification(&params, 150, 1.0).is_err());
+    assert_eq!(power_law_classification(&params, 5, 1.1).unwrap(), p);
+}

@@ -9,8 +9,10 @@
 //! (`clocks_per_iteration` clocks per pass) with the SparseLDA sampler shared with STRADS,
 //! `batch_inc`s one sparse delta per touched row and calls `clock()`, yielding every
 //! `chunk_tokens` tokens. The last clock is a barrier, so the table is final when the
-//! workers report. With `managed` a clock is cut into `compute_slices` slices whose deltas
-//! `managed_tick` may send early (`managed_rows_sent` counts them).
+//! workers report. With `managed` a clock is cut into `compute_slices` document batches,
+//! each reading its rows through the cache (rows pushed meanwhile reach it) and handing
+//! its deltas to the oplog, which the background sender may send early
+//! (`managed_rows_sent` counts them).
 //!
 //! The monitor adds a curve point once every worker finished a pass and the shards' min
 //! clock reached it (under SSP, points mix clocks within the bound; the final one is exact),
@@ -22,7 +24,8 @@
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
 };
-use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
+use crate::core::managed::{SendPolicy, slice_ranges};
+use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
@@ -67,8 +70,6 @@ pub struct PsLdaWorkerState {
     core: PsLdaWorker,
     rows: Vec<RowId>,
     start: Instant,
-    /// Managed communication's manager (`managed` set).
-    manager: Option<BandwidthManager>,
     p: PsLdaProgress,
 }
 
@@ -215,17 +216,26 @@ impl PsApp for PsLda {
         Ok(st)
     }
 
+    fn server_push(&self) -> Option<ServerPushConfig> {
+        // Managed communication goes both ways, as in Bösen: shards push too.
+        let comm = &self.cfg.comm;
+        (comm.managed).map(|policy| {
+            ServerPushConfig::at_rate(policy, comm.managed_bytes_per_s, 10, self.cfg.seed)
+        })
+    }
+
     fn start_worker(&self, ctx: &WorkerCtx<'_, PsLdaReport>) -> Result<PsLdaWorkerState, PsError> {
         let w = ctx.worker() as usize;
         let docs = self.docs.docs_of(&self.corpus, w);
         let lda = self.cfg.lda_config(ctx.n_workers() as usize);
         let core = PsLdaWorker::new(w, docs, self.corpus.vocab_size, &lda)?;
+        if let Some(manager) = self.cfg.comm.manager(self.cfg.seed + w as u64) {
+            ctx.client.start_managed(manager);
+        }
         Ok(PsLdaWorkerState {
             rows: core.row_ids(),
             core,
             start: Instant::now(),
-            // Tick budgets follow the measured slices (`set_tick_seconds`).
-            manager: self.cfg.comm.manager(0.0, self.cfg.seed + w as u64),
             p: PsLdaProgress {
                 iteration: 1,
                 ..PsLdaProgress::default()
@@ -283,26 +293,35 @@ impl PsApp for PsLda {
         let mut view = st.core.view(&got)?;
         st.p.clamped += view.clamped;
         let range = st.core.part(st.p.part, parts);
-        // The clock's documents in slices, whose changes managed communication may send early.
+        // The clock's documents in slices (document batches), whose changes managed
+        // communication may send early.
         let slices = cfg.comm.slices();
-        for slice in slice_ranges(range.len(), slices) {
+        for (k, slice) in slice_ranges(range.len(), slices).into_iter().enumerate() {
+            if k > 0 {
+                // Reads go through the cache: rows pushed since the last batch (and own
+                // writes) reach this one.
+                let t = Instant::now();
+                let got = client.get_many(WORD_TOPIC, &st.rows).await?;
+                st.p.wait_s += t.elapsed().as_secs_f64();
+                view = st.core.view(&got)?;
+                st.p.clamped += view.clamped;
+            }
             let docs = range.start + slice.start..range.start + slice.end;
-            let mut slice_s = 0.0;
             for chunk in st.core.doc_chunks(docs, cfg.chunk_tokens) {
                 let t = Instant::now();
                 st.p.tokens += st.core.sweep(chunk, &mut view);
-                slice_s += t.elapsed().as_secs_f64();
-                // Let the node's actors (replies, heartbeats) run between chunks.
+                st.p.sweep_s += t.elapsed().as_secs_f64();
+                // Let the node's actors (replies, heartbeats) run between chunks, and the
+                // background sender use the link while sampling holds the thread.
                 tokio::task::yield_now().await;
+                client.pace()?;
             }
-            st.p.sweep_s += slice_s;
             for (row, delta) in st.core.take_deltas(&mut view) {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
-            if let Some(manager) = st.manager.as_mut() {
-                manager.set_tick_seconds(cfg.comm.managed_bytes_per_s, slice_s);
-                st.p.managed_rows += client.managed_tick(manager)? as u64;
-            }
+        }
+        if let Some(m) = client.managed_stats() {
+            st.p.managed_rows = m.early_rows;
         }
         st.p.part += 1;
         if st.p.part < parts {

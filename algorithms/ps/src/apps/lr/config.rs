@@ -22,6 +22,18 @@ pub struct PsLrSettings {
     /// Synthetic data: classes.
     #[arg(long, default_value_t = 3)]
     pub synthetic_classes: usize,
+    /// Synthetic data: nonzero features per sample, drawn with power-law frequencies
+    /// (`synthetic_exponent`); 0 = every feature, dense.
+    #[arg(long, default_value_t = 0)]
+    pub synthetic_nnz: usize,
+    /// Synthetic data: feature `j` is drawn with weight `(j + 1)^-exponent` (with
+    /// `synthetic_nnz`).
+    #[arg(long, default_value_t = 1.0)]
+    pub synthetic_exponent: f64,
+    /// Updates each shard holds back before applying one (0: none): an injected delay for
+    /// delay-tolerance experiments.
+    #[arg(long, default_value_t = 0)]
+    pub update_delay: u64,
     /// Seed of the data and the split.
     #[arg(long, default_value_t = 11)]
     pub seed: u64,
@@ -90,6 +102,14 @@ impl PsLrSettings {
             c.at_least("synthetic_samples", self.synthetic_samples, 2);
             c.at_least("synthetic_features", self.synthetic_features, 1);
             c.at_least("synthetic_classes", self.synthetic_classes, 2);
+            let half = self.synthetic_features / 2;
+            c.at_most(
+                "synthetic_nnz",
+                self.synthetic_nnz,
+                half,
+                "half the features",
+            );
+            c.non_negative("synthetic_exponent", self.synthetic_exponent);
         }
         c.fraction("test_fraction", self.test_fraction);
         // Adagrad's and AdaRevision's alpha is a length, not a rate.

@@ -23,7 +23,9 @@ use crate::kit::{
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
-use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
+use petrel_ml::data::synthetic::{
+    ClassificationParams, power_law_classification, separable_classification,
+};
 use petrel_ml::job::{InvalidSetting, SettingChecks};
 use petrel_ml::model::{ModelParams, SavedModel, SoftmaxModel};
 use rand::SeedableRng;
@@ -132,7 +134,10 @@ impl PsApp for PsLr {
                 Consistency::new(cfg.consistency, cfg.staleness),
             )
             .rule(cfg.rule.spec(cfg.learning_rate, k))
-            .build()?;
+            .build()?
+            .into_iter()
+            .map(|t| (t.with_update_delay(cfg.update_delay)).with_content_clocks(true))
+            .collect();
         Ok(PsLr { cfg, data, tables })
     }
 
@@ -256,6 +261,7 @@ impl PsApp for PsLr {
             wall_s: ctx.elapsed_s(),
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
+            content_staleness: m.content_staleness().report(),
             per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
             curve: m.curve,
         };

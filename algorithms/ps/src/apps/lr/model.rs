@@ -25,14 +25,17 @@ impl PsLrData {
         let ds: SparseDataset = match &cfg.data {
             Some(p) => load_libsvm(p)?,
             None => {
-                separable_classification(&ClassificationParams {
+                let params = ClassificationParams {
                     n_samples: cfg.synthetic_samples,
                     n_features: cfg.synthetic_features,
                     n_classes: cfg.synthetic_classes,
                     margin: 0.5,
                     seed: cfg.seed,
-                })?
-                .dataset
+                };
+                match cfg.synthetic_nnz {
+                    0 => separable_classification(&params)?.dataset,
+                    nnz => power_law_classification(&params, nnz, cfg.synthetic_exponent)?.dataset,
+                }
             }
         };
         if ds.rows.is_empty() {
@@ -235,6 +238,10 @@ pub struct PsLrResult {
     pub worker_clocks: Vec<u64>,
     /// Observed staleness of the weight reads.
     pub staleness: StalenessReport,
+    /// Content staleness of the weight reads: per read and other worker, the clocks of its
+    /// updates the copy lacked.
+    #[serde(default)]
+    pub content_staleness: StalenessReport,
     /// What each worker's reads cost (round trips, time blocked).
     #[serde(default)]
     pub per_worker_reads: Vec<ReadStats>,

@@ -99,10 +99,11 @@ pub struct PsMfSettings {
     #[command(flatten)]
     #[serde(flatten)]
     pub comm: ManagedSettings,
-    /// Server push (Bösen's managed communication from shards to workers): every
-    /// `server_push_tick_ms` each shard pushes the changed rows the workers hold, in this
-    /// order (fifo, random, relative-magnitude), within `managed_bytes_per_s`. Unset: a
-    /// worker sees others' updates only on a miss.
+    /// Server push (Bösen's managed communication from shards to workers): at every
+    /// min-clock advance each shard pushes every changed row the workers hold, and every
+    /// `server_push_tick_ms` a partial push of the top rows in this order (fifo, random,
+    /// relative-magnitude), paced at `managed_bytes_per_s`. Unset: a worker sees others'
+    /// updates only on a miss.
     #[arg(long, value_enum)]
     pub server_push: Option<SendPolicy>,
     /// Time between two server-push ticks of a shard, ms.
@@ -214,11 +215,18 @@ impl PsMfSettings {
             ),
             None => (model_width, UpdateRuleSpec::Sum),
         };
-        Ok(TablesBuilder::new()
+        let tables = TablesBuilder::new()
             .dense("users", width, Consistency::Async)
             .rule(spec.clone())
             .dense("items", width, self.consistency())
             .rule(spec)
-            .build()?)
+            .build()?;
+        // The items reads are the shared ones: their staleness is measured by content too.
+        Ok((tables.into_iter())
+            .map(|t| {
+                let items = t.name == "items";
+                t.with_content_clocks(items)
+            })
+            .collect())
     }
 }

@@ -11,7 +11,7 @@
 //! `clock_ms * factor`. Every `eval_every` clocks the monitor measures the held-out RMSE of
 //! the model as of that clock and stops the workers at `target_rmse` or `max_seconds`.
 
-use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
+use crate::core::managed::{SendPolicy, slice_ranges};
 use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{ReadStats, StalenessReport};
@@ -65,7 +65,6 @@ pub struct PsMf {
 pub struct PsMfWorker {
     batches: Vec<Vec<(u32, u32, f32)>>,
     stragglers: StragglerModel,
-    manager: Option<BandwidthManager>,
     compute_s: f64,
     wait_s: f64,
     started: Instant,
@@ -191,16 +190,12 @@ impl PsApp for PsMf {
         mine.shuffle(&mut StdRng::seed_from_u64(self.cfg.seed + u64::from(w)));
         let nb = self.cfg.batches_per_epoch.max(1) as usize;
         let chunk = mine.len().div_ceil(nb).max(1);
+        if let Some(manager) = self.cfg.comm.manager(self.cfg.seed + u64::from(w)) {
+            ctx.client.start_managed(manager);
+        }
         Ok(PsMfWorker {
             batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
             stragglers: self.cfg.stragglers.model(self.cfg.seed),
-            // The budget of one tick: the bandwidth times an emulated compute slice.
-            manager: self.cfg.comm.manager(
-                self.cfg.stragglers.clock_ms
-                    / 1000.0
-                    / f64::from(self.cfg.comm.compute_slices.max(1)),
-                self.cfg.seed + u64::from(w),
-            ),
             compute_s: 0.0,
             wait_s: 0.0,
             started: Instant::now(),
@@ -281,6 +276,16 @@ impl PsApp for PsMf {
             let slices = cfg.comm.slices();
             let per_slice = per_clock / slices as u32;
             for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
+                if slices > 1 {
+                    // Reads go through the cache: the slice's rows, with what was pushed
+                    // since the last slice and own writes; only they get deltas.
+                    let t_read = Instant::now();
+                    let slice = &batch[range.clone()];
+                    let (su, si) = (distinct(slice, |e| e.0), distinct(slice, |e| e.1));
+                    qi = local(ITEMS, &si, &client.get_many(ITEMS, &row_ids(&si)).await?);
+                    pu = local(USERS, &su, &client.get_many(USERS, &row_ids(&su)).await?);
+                    st.wait_s += t_read.elapsed().as_secs_f64();
+                }
                 let (old_u, old_i) = (pu.clone(), qi.clone());
                 sgd_pass(&batch[range], &mut pu, &mut qi, mean, lr, reg, fixed);
                 for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
@@ -291,9 +296,7 @@ impl PsApp for PsMf {
                         }
                     }
                 }
-                if let Some(manager) = st.manager.as_mut() {
-                    client.managed_tick(manager)?;
-                }
+                // The background sender uses the link while the slice's compute is emulated.
                 pad_to(t0, per_slice * (k as u32 + 1)).await;
             }
         }
@@ -396,6 +399,7 @@ impl PsApp for PsMf {
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
             per_worker_staleness: m.reports.iter().map(|r| r.staleness.report()).collect(),
+            content_staleness: m.content_staleness().report(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
             per_worker_received_bytes: m.reports.iter().map(|r| r.received_bytes).collect(),

@@ -250,6 +250,10 @@ pub struct PsMfResult {
     /// The same per worker (in worker order).
     #[serde(default)]
     pub per_worker_staleness: Vec<StalenessReport>,
+    /// Content staleness of the items reads: per read and other worker, the clocks of its
+    /// updates the copy lacked.
+    #[serde(default)]
+    pub content_staleness: StalenessReport,
     /// Seconds each worker waited for rows.
     pub per_worker_wait_s: Vec<f64>,
     /// Bytes each worker's node sent over the whole run.

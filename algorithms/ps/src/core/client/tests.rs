@@ -609,3 +609,92 @@ fn pull_request_fetches_only_what_the_cache_cannot_serve() {
         .expect("stale after the clock");
     assert_eq!(req.min_clock, 1);
 }
+
+/// Worker 0 reads row 0 of an async table under `rule`, writes gradient 1 to column 0,
+/// clocks, prefetches and reads again; returns the second read's outcome and, after the
+/// prefetch's reply, the row it sees.
+fn read_after_own_write(rule: UpdateRuleSpec) -> (GetOutcome, Row) {
+    let t = spec(Consistency::Async).with_rule(rule);
+    let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
+    let mut c = client(1, t);
+    fetch_row0(&mut c, &mut shard, "first read misses");
+    c.inc(T, RowId(0), 0, 1.0).unwrap();
+    for b in c.clock() {
+        shard.handle_batch(&b).unwrap();
+    }
+    let prefetch = c.prefetch(T, RowId(0)).unwrap().unwrap();
+    let second = c.get_shared(T, RowId(0)).unwrap();
+    for a in shard.handle_read(&prefetch).unwrap() {
+        c.handle(0, a).unwrap();
+    }
+    let GetOutcome::Hit(row) = c.get_shared(T, RowId(0)).unwrap() else {
+        panic!("the prefetch's reply acknowledges the write")
+    };
+    (second, (*row).clone())
+}
+
+#[test]
+fn every_rule_reads_its_own_writes() {
+    // SGD's cache follows its step: served at once, with the step.
+    let (second, row) = read_after_own_write(UpdateRuleSpec::Sgd { learning_rate: 0.5 });
+    assert_eq!(second, GetOutcome::Hit(Row::Dense(vec![-0.5, 0.0]).into()));
+    assert_eq!(row.get(0), -0.5);
+    // Adagrad's cannot: the read waits for the in-flight prefetch, which carries the step.
+    let adagrad = UpdateRuleSpec::Adagrad {
+        learning_rate: 0.5,
+        eps: 1.0,
+    };
+    let (second, row) = read_after_own_write(adagrad);
+    assert_eq!(second, GetOutcome::Wait);
+    assert_eq!(row.get(0), -0.25, "0.5 * 1 / (sqrt(1) + 1)");
+}
+
+#[test]
+fn reads_record_the_clocks_each_other_writer_is_missing() {
+    for essp in [false, true] {
+        let c3 = if essp {
+            Consistency::Essp { staleness: 4 }
+        } else {
+            Consistency::Ssp { staleness: 4 }
+        };
+        let mut c = client(1, spec(c3).with_content_clocks(true));
+        for _ in 0..3 {
+            c.clock();
+        }
+        let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
+            panic!("a miss")
+        };
+        c.handle(0, reply(0, vec![1.0, 2.0], 0, 0, req.request_id))
+            .unwrap();
+        // Three workers: the copy holds worker 1's clocks < 1 and worker 2's < 2.
+        let content = |row, writer_clocks| ShardAction::Content {
+            worker: WorkerId(0),
+            table: T,
+            row,
+            writer_clocks,
+        };
+        c.handle(0, content(Some(RowId(0)), vec![0, 1, 2])).unwrap();
+        assert!(matches!(
+            c.get_shared(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(_)
+        ));
+        let st = c.content_stats(T);
+        // At clock 3: worker 1 lacks 2 clocks, worker 2 one; its own writes never count.
+        assert_eq!((st.count(), st.mean(), st.max()), (2, 1.5, 2));
+        // A push's clocks cover every row of an ESSP table; elsewhere they say nothing.
+        c.handle(0, content(None, vec![0, 3, 3])).unwrap();
+        c.get_shared(T, RowId(0)).unwrap();
+        let st = c.content_stats(T);
+        let expect = if essp { (4, 0.75) } else { (4, 1.5) };
+        assert_eq!((st.count(), st.mean()), expect, "essp {essp}");
+    }
+    // Without content clocks nothing is recorded.
+    let mut c = client(1, spec(Consistency::Async));
+    let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
+        panic!("a miss")
+    };
+    c.handle(0, reply(0, vec![1.0, 2.0], 0, 0, req.request_id))
+        .unwrap();
+    c.get_shared(T, RowId(0)).unwrap();
+    assert_eq!(c.content_stats(T).count(), 0);
+}

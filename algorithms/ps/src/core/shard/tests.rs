@@ -364,3 +364,90 @@ fn shard_action_round_trips_through_msgpack() {
     let b = rmp_serde::to_vec(&a).unwrap();
     assert_eq!(rmp_serde::from_slice::<ShardAction>(&b).unwrap(), a);
 }
+
+#[test]
+fn an_update_delay_applies_each_update_after_that_many_later_ones() {
+    let t = spec(Consistency::Async).with_update_delay(2);
+    let mut s = PsShardCore::new(2, vec![t]).unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(1, 3, [1.0, 0.0]))
+        .unwrap();
+    s.apply_updates(WorkerId(1), 0, &batch(1, 3, [10.0, 0.0]))
+        .unwrap();
+    let now = |s: &mut PsShardCore| {
+        let out = s
+            .handle_read(&read(WorkerId(0), 9, T, RowId(3), 0))
+            .unwrap();
+        (reply_data(&out[0]).0, out[0].clone())
+    };
+    let (row, reply) = now(&mut s);
+    assert_eq!(row, Row::Dense(vec![0.0, 0.0]), "both held back");
+    // The shard still acknowledges what it received: the delay is the injected fault.
+    assert!(matches!(reply, ShardAction::Reply { ack_seq: 1, .. }));
+    s.apply_updates(WorkerId(0), 0, &batch(2, 3, [100.0, 0.0]))
+        .unwrap();
+    assert_eq!(
+        now(&mut s).0,
+        Row::Dense(vec![1.0, 0.0]),
+        "the first is due"
+    );
+    s.apply_updates(WorkerId(1), 0, &batch(2, 4, [1000.0, 0.0]))
+        .unwrap();
+    assert_eq!(now(&mut s).0, Row::Dense(vec![11.0, 0.0]));
+}
+
+#[test]
+fn content_clocks_follow_replies_with_each_writers_applied_clocks() {
+    let t = spec(Consistency::Ssp { staleness: 5 })
+        .with_content_clocks(true)
+        .with_update_delay(1);
+    let mut s = PsShardCore::new(2, vec![t]).unwrap();
+    // Worker 1 runs three clocks ahead; its clock-2 update is still held back (delay 1).
+    for c in 0..3 {
+        s.apply_updates(WorkerId(1), c, &batch(c + 1, 3, [1.0, 0.0]))
+            .unwrap();
+        s.clock(WorkerId(1), c).unwrap();
+    }
+    let out = s
+        .handle_read(&read(WorkerId(0), 1, T, RowId(3), 0))
+        .unwrap();
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        out[1],
+        ShardAction::Content {
+            worker: WorkerId(0),
+            table: T,
+            row: Some(RowId(3)),
+            writer_clocks: vec![0, 2],
+        }
+    );
+    // A table without content clocks replies alone.
+    let mut plain = PsShardCore::new(1, vec![spec(Consistency::Async)]).unwrap();
+    let out = plain.handle_read(&read(WorkerId(0), 1, T, RowId(3), 0));
+    assert_eq!(out.unwrap().len(), 1);
+}
+
+#[test]
+fn an_essp_push_is_followed_by_the_writers_clocks() {
+    let t = spec(Consistency::Essp { staleness: 0 }).with_content_clocks(true);
+    let mut s = PsShardCore::new(2, vec![t]).unwrap();
+    s.handle_read(&read(WorkerId(0), 1, T, RowId(3), 0))
+        .unwrap();
+    s.apply_updates(WorkerId(1), 0, &batch(1, 3, [1.0, 0.0]))
+        .unwrap();
+    s.clock(WorkerId(1), 0).unwrap();
+    s.clock(WorkerId(1), 1).unwrap();
+    let out = s.clock(WorkerId(0), 0).unwrap();
+    assert!(
+        matches!(&out[0], ShardAction::Push { clock: 1, .. }),
+        "{out:?}"
+    );
+    assert_eq!(
+        out.last(),
+        Some(&ShardAction::Content {
+            worker: WorkerId(0),
+            table: T,
+            row: None,
+            writer_clocks: vec![1, 2],
+        })
+    );
+}
