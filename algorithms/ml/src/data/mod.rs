@@ -33,6 +33,12 @@ pub use ratings::{
     parse_matrix_market_with_limits, parse_triplets, scan_ratings,
 };
 
+/// The cores a loader parses a file of `bytes` bytes on (the cores available, or one for a
+/// file too small to split).
+pub fn parse_threads(bytes: u64) -> usize {
+    text::Split::current().threads_for(bytes)
+}
+
 /// Opens `path` for buffered reading, mapping the error to [`MlError::Io`].
 pub(crate) fn open_buffered(path: &Path) -> Result<std::io::BufReader<std::fs::File>, MlError> {
     std::fs::File::open(path)
