@@ -213,6 +213,12 @@ impl<'a> Iterator for Words<'a> {
 /// left to the standard library.
 #[inline]
 pub(crate) fn parse_f32(text: &str) -> Option<f32> {
+    let bytes = text.as_bytes();
+    // Whole numbers of up to 7 digits (ratings, counts) are below 2^24, exact in an f32.
+    if (1..=7).contains(&bytes.len()) && bytes.iter().all(u8::is_ascii_digit) {
+        let whole = bytes.iter().fold(0, |v, &b| v * 10 + u32::from(b - b'0'));
+        return Some(whole as f32);
+    }
     match fast_float2::parse::<f32, _>(text) {
         Ok(v) if v.is_finite() => Some(v),
         _ => text.parse().ok(),
@@ -611,6 +617,9 @@ mod tests {
             "1e5.5",
             "123456789012345678901234567890",
             "7.006492321624086e-46",
+            "9999999",
+            "16777217",
+            "0000000",
         ];
         for text in texts {
             let ours = parse_f32(text).map(f32::to_bits);
