@@ -13,7 +13,7 @@ use super::*;
 
 /// Runs `f` with chunks of `chunk` bytes on two threads (blocks of 4 chunks), or as one
 /// sequential chunk with `chunk = 0`.
-fn with_split<T>(chunk: usize, f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_split<T>(chunk: usize, f: impl FnOnce() -> T) -> T {
     let split = if chunk == 0 {
         Split {
             chunk: usize::MAX / 4,
