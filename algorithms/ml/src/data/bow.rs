@@ -300,34 +300,47 @@ impl<'a> Assembler<'a> {
     }
 
     fn add(&mut self, header: &[usize; 3], entries: &Entries) {
-        if !std::mem::replace(&mut self.header_read, true) {
-            header.iter().for_each(|&v| self.read.add(v as u64));
+        let Assembler {
+            keep,
+            read,
+            header_read,
+            docs,
+            stats,
+        } = self;
+        if !std::mem::replace(header_read, true) {
+            header.iter().for_each(|&v| read.add(v as u64));
         }
         let all = || entries.docs.iter().zip(&entries.words).zip(&entries.counts);
-        let (mut low, mut high) = (usize::MAX, 0);
-        for ((&doc, &word), &count) in all() {
-            self.read
-                .add(u64::from(doc + 1) << 32 | u64::from(word + 1));
-            self.read.add(u64::from(count));
-            let doc = doc as usize;
-            self.stats.add(doc, word as usize, count as usize);
-            (low, high) = (low.min(doc), high.max(doc));
-        }
-        if low > high {
-            return;
-        }
-        // The statistics know each document's length by now: a kept one grows once to it
-        // instead of doubling as its tokens come.
-        let kept: Vec<bool> = (low..=high).map(|doc| (self.keep)(doc)).collect();
-        if self.docs.len() <= high {
-            self.docs.resize_with(high + 1, Vec::new);
-        }
-        for (doc, _) in (low..=high).zip(&kept).filter(|(_, kept)| **kept) {
-            let tokens = &mut self.docs[doc];
-            tokens.reserve(self.stats.doc_lengths[doc] - tokens.len());
-        }
-        let threads = super::text::Split::current().threads;
-        fill(&mut self.docs[low..=high], low, &kept, entries, threads);
+        std::thread::scope(|scope| {
+            // The digest is one chain through every value read: it runs beside the rest.
+            scope.spawn(move || {
+                for ((&doc, &word), &count) in all() {
+                    read.add(u64::from(doc + 1) << 32 | u64::from(word + 1));
+                    read.add(u64::from(count));
+                }
+            });
+            let (mut low, mut high) = (usize::MAX, 0);
+            for ((&doc, &word), &count) in all() {
+                let doc = doc as usize;
+                stats.add(doc, word as usize, count as usize);
+                (low, high) = (low.min(doc), high.max(doc));
+            }
+            if low > high {
+                return;
+            }
+            // The statistics know each document's length by now: a kept one grows once to
+            // it instead of doubling as its tokens come.
+            let kept: Vec<bool> = (low..=high).map(|doc| keep(doc)).collect();
+            if docs.len() <= high {
+                docs.resize_with(high + 1, Vec::new);
+            }
+            for (doc, _) in (low..=high).zip(&kept).filter(|(_, kept)| **kept) {
+                let tokens = &mut docs[doc];
+                tokens.reserve(stats.doc_lengths[doc] - tokens.len());
+            }
+            let threads = super::text::Split::current().threads;
+            fill(&mut docs[low..=high], low, &kept, entries, threads);
+        });
     }
 
     /// The corpus (documents up to D), its statistics and the digest.
