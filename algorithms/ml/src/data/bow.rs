@@ -330,7 +330,7 @@ impl<'a> Assembler<'a> {
             }
             // The statistics know each document's length by now: a kept one grows once to
             // it instead of doubling as its tokens come.
-            let kept: Vec<bool> = (low..=high).map(|doc| keep(doc)).collect();
+            let kept: Vec<bool> = (low..=high).map(keep).collect();
             if docs.len() <= high {
                 docs.resize_with(high + 1, Vec::new);
             }

@@ -455,7 +455,7 @@ fn parse_block<P: ChunkParser>(
     chunks: &[&[u8]],
     threads: usize,
     start: &mut Start,
-    deliver: &mut dyn FnMut(P::Out, &Start) -> Result<(), MlError>,
+    deliver: &mut impl FnMut(P::Out, &Start) -> Result<(), MlError>,
 ) -> Result<(), MlError> {
     let mut hand_on = |i: usize, ahead: Option<Chunk<P::Out>>| {
         let chunk = match ahead {
