@@ -363,9 +363,8 @@ impl<'a> Assembler<'a> {
     }
 }
 
-/// Appends the tokens of `entries` to `docs`, documents `low..` (those `kept` with room for
-/// them), on up to `threads` threads each filling its own range of documents: writing the
-/// tokens, not reading the entries, is what takes the time.
+/// Appends the tokens of `entries` to `docs`, documents `low..` (those `kept`, with room),
+/// on up to `threads` threads each filling a range of documents (writing is the cost).
 fn fill(docs: &mut [Vec<u32>], low: usize, kept: &[bool], entries: &Entries, threads: usize) {
     let per = docs.len().div_ceil(threads.max(1));
     std::thread::scope(|scope| {
@@ -466,8 +465,7 @@ impl ChunkParser for DocwordParser<'_> {
     type Out = Entries;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Entries>) {
-        // An entry line takes at least 6 bytes and usually about 12: room for most chunks'
-        // entries, without the copies of growing three vectors line by line.
+        // Entry lines take 6 bytes or more, about 12 usually: room without growing copies.
         let entries = text.len() / 10;
         let out = &mut chunk.out;
         out.docs.reserve(entries);

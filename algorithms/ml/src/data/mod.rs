@@ -79,6 +79,15 @@ pub(crate) mod testing {
         }
     }
 
+    /// Mostly `good`, sometimes `odd` (strings of either regex).
+    pub fn mostly(good: &str, odd: &str) -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::string::string_regex;
+        proptest::prop_oneof![
+            4 => string_regex(good).unwrap(),
+            1 => string_regex(odd).unwrap(),
+        ]
+    }
+
     /// Writes `contents` to `dir/name` and returns that path.
     pub fn write_in(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
         let path = dir.join(name);

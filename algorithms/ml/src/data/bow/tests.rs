@@ -1,5 +1,5 @@
 use super::*;
-use crate::data::testing::{line_of, refused, write_in};
+use crate::data::testing::{line_of, mostly, refused, write_in};
 
 #[test]
 fn parses_docword_and_expands_counts() {
@@ -123,15 +123,6 @@ fn loads_with_vocab_and_checks_its_length() {
     ));
     std::fs::write(&vocab, "apple\n\nbanana\n").unwrap();
     assert_eq!(line_of(load_bow(&docword, Some(&vocab)).unwrap_err()), 2);
-}
-
-/// Mostly `good`, sometimes `odd` (strings of either regex).
-fn mostly(good: &str, odd: &str) -> impl proptest::strategy::Strategy<Value = String> {
-    use proptest::string::string_regex;
-    proptest::prop_oneof![
-        4 => string_regex(good).unwrap(),
-        1 => string_regex(odd).unwrap(),
-    ]
 }
 
 /// Entry lines, most of them of the common form, with odd pieces in every place.

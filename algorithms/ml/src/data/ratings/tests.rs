@@ -1,5 +1,5 @@
 use super::*;
-use crate::data::testing::{line_of, refused, write_in};
+use crate::data::testing::{line_of, mostly, refused, write_in};
 
 /// MovieLens `u.data` (tabs, timestamps), 1M `ratings.dat` (`::`) and `ratings.csv` (a
 /// header, commas, and a space-separated line after a comment); ids remapped in order of
@@ -277,15 +277,6 @@ fn generally(line: &str) -> Option<(u32, u32, f32)> {
     let (fields, n) = rating_fields(content, false);
     let rating = parse_f32(fields[2]).filter(|r| n >= 3 && r.is_finite())?;
     Some((numeric_id(fields[0])?, numeric_id(fields[1])?, rating))
-}
-
-/// Mostly `good`, sometimes `odd` (strings of either regex).
-fn mostly(good: &str, odd: &str) -> impl proptest::strategy::Strategy<Value = String> {
-    use proptest::string::string_regex;
-    proptest::prop_oneof![
-        4 => string_regex(good).unwrap(),
-        1 => string_regex(odd).unwrap(),
-    ]
 }
 
 /// Ratings lines, most of them of the common form, with odd pieces in every place.
