@@ -613,6 +613,8 @@ struct TripletParser<'a> {
 
 impl ChunkParser for TripletParser<'_> {
     type Out = TripletChunk;
+    // The merge makes every id dense in file order: it runs beside the parsing.
+    const OVERLAP_DELIVERY: bool = true;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<TripletChunk>) {
         // The chunk's maps, made at its first line of another form.

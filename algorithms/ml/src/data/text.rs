@@ -68,6 +68,10 @@ pub(crate) trait ChunkParser: Sync {
     /// The values of one chunk.
     type Out: Send + Default;
 
+    /// Whether a chunk is delivered while later chunks are still being parsed: for a
+    /// delivery that is a merge; a copy of large values beside the parsing slows both.
+    const OVERLAP_DELIVERY: bool = false;
+
     /// Parses the lines of `text` from `start` through a [`LineCursor`], stopping at the
     /// first error.
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Self::Out>);
@@ -447,8 +451,8 @@ fn cut(block: &[u8], size: usize) -> Vec<&[u8]> {
 
 /// Parses `chunks` from `start` (moved past them) and hands each chunk's values to `deliver`
 /// in file order with its true start. With several threads the chunks are parsed ahead,
-/// from a zero start, and each is delivered as soon as it and those before it are parsed:
-/// the delivery (a loader's merge) overlaps the parsing of the chunks after it.
+/// from a zero start, and delivered once all are parsed or, with
+/// [`ChunkParser::OVERLAP_DELIVERY`], each as soon as it and those before it are.
 fn parse_block<P: ChunkParser>(
     parser: &P,
     name: &Path,
@@ -493,6 +497,11 @@ fn parse_block<P: ChunkParser>(
             .collect();
         drop(sender);
         let mut ahead: Vec<Option<Chunk<P::Out>>> = (0..chunks.len()).map(|_| None).collect();
+        if !P::OVERLAP_DELIVERY {
+            while let Ok((k, chunk)) = parsed.recv() {
+                ahead[k] = Some(chunk);
+            }
+        }
         let delivered = (0..chunks.len()).try_for_each(|i| {
             // Once every worker is gone (one may have panicked), a missing chunk is parsed here.
             while ahead[i].is_none()
