@@ -208,8 +208,8 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "load",
-        "MB/s of each loader, cold text and binary cache, on generated ~100 MB files",
-        "libsvm_mb_per_s ratings_mb_per_s bow_mb_per_s cache_mb_per_s",
+        "MB/s of each loader, cold text (in all and per parsing thread) and binary cache, on generated ~100 MB files",
+        "libsvm_mb_per_s ratings_mb_per_s bow_mb_per_s libsvm_mb_per_s_per_core ratings_mb_per_s_per_core bow_mb_per_s_per_core cache_mb_per_s",
     ),
     (
         "soak",

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
-    Blocks, Chunk, ChunkParser, ReaderBlocks, Start, each_line, parse_chunks, parse_lines,
-    parse_uint, three_words, trim,
+    Blocks, Chunk, ChunkParser, ReaderBlocks, Start, each_line, is_space, parse_chunks,
+    parse_lines, parse_uint, three_words, trim,
 };
 use super::{DataLimits, MlError, ReadDigest, open_buffered};
 
@@ -300,24 +300,47 @@ impl<'a> Assembler<'a> {
     }
 
     fn add(&mut self, header: &[usize; 3], entries: &Entries) {
-        if !std::mem::replace(&mut self.header_read, true) {
-            header.iter().for_each(|&v| self.read.add(v as u64));
+        let Assembler {
+            keep,
+            read,
+            header_read,
+            docs,
+            stats,
+        } = self;
+        if !std::mem::replace(header_read, true) {
+            header.iter().for_each(|&v| read.add(v as u64));
         }
-        let all = entries.docs.iter().zip(&entries.words).zip(&entries.counts);
-        for ((&doc, &word), &count) in all {
-            self.read
-                .add(u64::from(doc + 1) << 32 | u64::from(word + 1));
-            self.read.add(u64::from(count));
-            let (doc, count) = (doc as usize, count as usize);
-            self.stats.add(doc, word as usize, count);
-            if !(self.keep)(doc) {
-                continue;
+        let all = || entries.docs.iter().zip(&entries.words).zip(&entries.counts);
+        std::thread::scope(|scope| {
+            // The digest is one chain through every value read: it runs beside the rest.
+            scope.spawn(move || {
+                for ((&doc, &word), &count) in all() {
+                    read.add(u64::from(doc + 1) << 32 | u64::from(word + 1));
+                    read.add(u64::from(count));
+                }
+            });
+            let (mut low, mut high) = (usize::MAX, 0);
+            for ((&doc, &word), &count) in all() {
+                let doc = doc as usize;
+                stats.add(doc, word as usize, count as usize);
+                (low, high) = (low.min(doc), high.max(doc));
             }
-            if self.docs.len() <= doc {
-                self.docs.resize_with(doc + 1, Vec::new);
+            if low > high {
+                return;
             }
-            self.docs[doc].extend(std::iter::repeat_n(word, count));
-        }
+            // The statistics know each document's length by now: a kept one grows once to
+            // it instead of doubling as its tokens come.
+            let kept: Vec<bool> = (low..=high).map(keep).collect();
+            if docs.len() <= high {
+                docs.resize_with(high + 1, Vec::new);
+            }
+            for (doc, _) in (low..=high).zip(&kept).filter(|(_, kept)| **kept) {
+                let tokens = &mut docs[doc];
+                tokens.reserve(stats.doc_lengths[doc] - tokens.len());
+            }
+            let threads = super::text::Split::current().threads;
+            fill(&mut docs[low..=high], low, &kept, entries, threads);
+        });
     }
 
     /// The corpus (documents up to D), its statistics and the digest.
@@ -338,6 +361,26 @@ impl<'a> Assembler<'a> {
         };
         (corpus, stats, self.read)
     }
+}
+
+/// Appends the tokens of `entries` to `docs`, documents `low..` (those `kept`, with room),
+/// on up to `threads` threads each filling a range of documents (writing is the cost).
+fn fill(docs: &mut [Vec<u32>], low: usize, kept: &[bool], entries: &Entries, threads: usize) {
+    let per = docs.len().div_ceil(threads.max(1));
+    std::thread::scope(|scope| {
+        for (part, docs) in docs.chunks_mut(per).enumerate() {
+            let (from, kept) = (low + part * per, &kept[part * per..]);
+            scope.spawn(move || {
+                let all = entries.docs.iter().zip(&entries.words).zip(&entries.counts);
+                for ((&doc, &word), &count) in all {
+                    let i = (doc as usize).wrapping_sub(from);
+                    if i < docs.len() && kept[i] {
+                        docs[i].extend(std::iter::repeat_n(word, count as usize));
+                    }
+                }
+            });
+        }
+    });
 }
 
 /// Reads a docword text: the header on its own, then the entries a chunk at a time into
@@ -422,6 +465,12 @@ impl ChunkParser for DocwordParser<'_> {
     type Out = Entries;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Entries>) {
+        // Entry lines take 6 bytes or more, about 12 usually: room without growing copies.
+        let entries = text.len() / 10;
+        let out = &mut chunk.out;
+        out.docs.reserve(entries);
+        out.words.reserve(entries);
+        out.counts.reserve(entries);
         parse_lines(text, chunk, |line, ascii, chunk| {
             self.entry(line, ascii, start, chunk)
         });
@@ -443,27 +492,15 @@ impl DocwordParser<'_> {
         start: Start,
         chunk: &mut Chunk<Entries>,
     ) -> Result<(), MlError> {
-        let content = trim(line, ascii);
-        if content.is_empty() {
-            return Ok(());
-        }
         let (name, line_no) = (self.name, start.line + chunk.lines);
         let bad = |msg: String| MlError::malformed(name, line_no, msg);
-        let Some(fields) = three_words(content, ascii) else {
-            return Err(bad("entry must be `docID wordID count`".into()));
+        let numbers = match numeric_entry(line.as_bytes()) {
+            Some(numbers) => numbers,
+            None => match entry_numbers(line, ascii, bad)? {
+                Some(numbers) => numbers,
+                None => return Ok(()),
+            },
         };
-        let mut numbers = [0u64; 3];
-        for (slot, (text, what)) in numbers
-            .iter_mut()
-            .zip(fields.iter().zip(["docID", "wordID", "count"]))
-        {
-            *slot = parse_uint(text).ok_or_else(|| {
-                bad(format!(
-                    "{what} {:?} is not a non-negative integer",
-                    super::libsvm::clip(text)
-                ))
-            })?;
-        }
         let [doc, word, count] = numbers;
         let (n_docs, vocab_size) = (self.n_docs, self.vocab_size);
         if doc == 0 || doc > n_docs {
@@ -501,6 +538,62 @@ impl DocwordParser<'_> {
         out.counts.push(count as u32);
         Ok(())
     }
+}
+
+/// The numbers of an entry line, `None` for a blank one: any line, word by word.
+fn entry_numbers(
+    line: &str,
+    ascii: bool,
+    bad: impl Fn(String) -> MlError,
+) -> Result<Option<[u64; 3]>, MlError> {
+    let content = trim(line, ascii);
+    if content.is_empty() {
+        return Ok(None);
+    }
+    let Some(fields) = three_words(content, ascii) else {
+        return Err(bad("entry must be `docID wordID count`".into()));
+    };
+    let mut numbers = [0u64; 3];
+    for (slot, (text, what)) in numbers
+        .iter_mut()
+        .zip(fields.iter().zip(["docID", "wordID", "count"]))
+    {
+        *slot = parse_uint(text).ok_or_else(|| {
+            bad(format!(
+                "{what} {:?} is not a non-negative integer",
+                super::libsvm::clip(text)
+            ))
+        })?;
+    }
+    Ok(Some(numbers))
+}
+
+/// The common entry line, three runs of at most 19 decimal digits between ASCII whitespace,
+/// read in one pass: what [`entry_numbers`] reads from it; `None` for any other line.
+#[inline]
+fn numeric_entry(line: &[u8]) -> Option<[u64; 3]> {
+    let mut numbers = [0u64; 3];
+    let mut at = 0;
+    for (k, slot) in numbers.iter_mut().enumerate() {
+        let spaced = at;
+        while at < line.len() && is_space(line[at]) {
+            at += 1;
+        }
+        // Numbers are separated: a digit or anything else right after one is not.
+        if k > 0 && at == spaced {
+            return None;
+        }
+        let from = at;
+        // Any 19 digits fit in a u64; longer runs are left to the general path.
+        while at < line.len() && at - from < 19 && line[at].is_ascii_digit() {
+            *slot = *slot * 10 + u64::from(line[at] - b'0');
+            at += 1;
+        }
+        if at == from {
+            return None;
+        }
+    }
+    line[at..].iter().all(|&b| is_space(b)).then_some(numbers)
 }
 
 #[cfg(test)]

@@ -33,6 +33,12 @@ pub use ratings::{
     parse_matrix_market_with_limits, parse_triplets, scan_ratings,
 };
 
+/// The cores a loader parses a file of `bytes` bytes on (the cores available, or one for a
+/// file too small to split).
+pub fn parse_threads(bytes: u64) -> usize {
+    text::Split::current().threads_for(bytes)
+}
+
 /// Opens `path` for buffered reading, mapping the error to [`MlError::Io`].
 pub(crate) fn open_buffered(path: &Path) -> Result<std::io::BufReader<std::fs::File>, MlError> {
     std::fs::File::open(path)
@@ -71,6 +77,15 @@ pub(crate) mod testing {
             } => ("input", line, value, bytes),
             ref other => panic!("expected a refused size, got {other:?}"),
         }
+    }
+
+    /// Mostly `good`, sometimes `odd` (strings of either regex).
+    pub fn mostly(good: &str, odd: &str) -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::string::string_regex;
+        proptest::prop_oneof![
+            4 => string_regex(good).unwrap(),
+            1 => string_regex(odd).unwrap(),
+        ]
     }
 
     /// Writes `contents` to `dir/name` and returns that path.

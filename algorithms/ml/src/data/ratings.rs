@@ -452,6 +452,11 @@ fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, MlError> {
     })?;
     let parser = TripletParser { name };
     parse_chunks(&parser, name, source, start, |chunk, _| {
+        if chunk.as_read {
+            let dense = |&(u, i, r)| (users.number(u), items.number(i), r);
+            entries.extend(chunk.entries.iter().map(dense));
+            return Ok(());
+        }
         let user_of = users.of_chunk(&chunk.users);
         let item_of = items.of_chunk(&chunk.items);
         entries.extend(
@@ -591,12 +596,15 @@ impl<'t> LocalMaps<'t> {
     }
 }
 
-/// One chunk's triplets with chunk-local dense ids.
+/// One chunk's triplets with chunk-local dense ids, or with the numbers read when every
+/// line was of the common form (`as_read`): made dense in file order as they are merged,
+/// without a map of the chunk's own.
 #[derive(Debug, Default)]
 struct TripletChunk {
     entries: Vec<(u32, u32, f32)>,
     users: LocalIds,
     items: LocalIds,
+    as_read: bool,
 }
 
 struct TripletParser<'a> {
@@ -605,10 +613,12 @@ struct TripletParser<'a> {
 
 impl ChunkParser for TripletParser<'_> {
     type Out = TripletChunk;
+    // The merge makes every id dense in file order: it runs beside the parsing.
+    const OVERLAP_DELIVERY: bool = true;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<TripletChunk>) {
-        let mut users = LocalMaps::for_chunk(text.len());
-        let mut items = LocalMaps::for_chunk(text.len());
+        // The chunk's maps, made at its first line of another form.
+        let mut maps: Option<[LocalMaps<'_>; 2]> = None;
         chunk.out.entries.reserve(text.len() / 12);
         // The entries from `raw` on still hold their ids as read: indexed in a pass of their
         // own, whose lookups (mostly cache misses) overlap instead of stalling each line.
@@ -619,16 +629,21 @@ impl ChunkParser for TripletParser<'_> {
                 chunk.out.entries.push(entry);
                 continue;
             }
-            index_numbers(&mut users, &mut items, &mut chunk.out, raw);
+            let [users, items] =
+                maps.get_or_insert_with(|| [(); 2].map(|_| LocalMaps::for_chunk(text.len())));
+            index_numbers(users, items, &mut chunk.out, raw);
             let line_no = start.line + chunk.lines;
-            let parsed = self.general(line, line_no, &mut users, &mut items, &mut chunk.out);
+            let parsed = self.general(line, line_no, users, items, &mut chunk.out);
             raw = chunk.out.entries.len();
             if let Err(e) = parsed {
                 chunk.error = Some(e);
                 break;
             }
         }
-        index_numbers(&mut users, &mut items, &mut chunk.out, raw);
+        match &mut maps {
+            Some([users, items]) => index_numbers(users, items, &mut chunk.out, raw),
+            None => chunk.out.as_read = true,
+        }
     }
 }
 
@@ -688,6 +703,7 @@ fn index_numbers(
         entries,
         users: user_ids,
         items: item_ids,
+        ..
     } = out;
     for entry in &mut entries[from..] {
         entry.0 = users.number(user_ids, entry.0);

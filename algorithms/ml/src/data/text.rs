@@ -10,7 +10,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::MlError;
 
@@ -67,6 +67,10 @@ impl<O: Default> Chunk<O> {
 pub(crate) trait ChunkParser: Sync {
     /// The values of one chunk.
     type Out: Send + Default;
+
+    /// Whether a chunk is delivered while later chunks are still being parsed: for a
+    /// delivery that is a merge; a copy of large values beside the parsing slows both.
+    const OVERLAP_DELIVERY: bool = false;
 
     /// Parses the lines of `text` from `start` through a [`LineCursor`], stopping at the
     /// first error.
@@ -133,7 +137,7 @@ impl<'a> LineCursor<'a> {
 
 /// Whether `b` is whitespace to `char::is_whitespace` (for ASCII).
 #[inline]
-fn is_space(b: u8) -> bool {
+pub(crate) fn is_space(b: u8) -> bool {
     b == b' ' || (b'\t'..=b'\r').contains(&b)
 }
 
@@ -213,6 +217,12 @@ impl<'a> Iterator for Words<'a> {
 /// left to the standard library.
 #[inline]
 pub(crate) fn parse_f32(text: &str) -> Option<f32> {
+    let bytes = text.as_bytes();
+    // Whole numbers of up to 7 digits (ratings, counts) are below 2^24, exact in an f32.
+    if (1..=7).contains(&bytes.len()) && bytes.iter().all(u8::is_ascii_digit) {
+        let whole = bytes.iter().fold(0, |v, &b| v * 10 + u32::from(b - b'0'));
+        return Some(whole as f32);
+    }
     match fast_float2::parse::<f32, _>(text) {
         Ok(v) if v.is_finite() => Some(v),
         _ => text.parse().ok(),
@@ -254,6 +264,19 @@ impl Split {
             chunk,
             block: (chunk * threads * 4).max(64 << 20),
             threads,
+        }
+    }
+
+    /// The threads an input of `bytes` bytes in memory is parsed on: one when its first
+    /// block is a single chunk.
+    pub(crate) fn threads_for(&self, bytes: u64) -> usize {
+        let first = bytes.min(self.block as u64);
+        let chunks =
+            usize::try_from(first.div_ceil(self.chunk.max(1) as u64)).unwrap_or(usize::MAX);
+        if chunks > 1 {
+            self.threads.min(chunks)
+        } else {
+            1
         }
     }
 }
@@ -426,39 +449,77 @@ fn cut(block: &[u8], size: usize) -> Vec<&[u8]> {
     chunks
 }
 
-/// Parses every chunk ahead, from a zero start, on `threads` threads.
-fn parse_ahead<P: ChunkParser>(
+/// Parses `chunks` from `start` (moved past them) and hands each chunk's values to `deliver`
+/// in file order with its true start. With several threads the chunks are parsed ahead,
+/// from a zero start, and delivered once all are parsed or, with
+/// [`ChunkParser::OVERLAP_DELIVERY`], each as soon as it and those before it are.
+fn parse_block<P: ChunkParser>(
     parser: &P,
     name: &Path,
     chunks: &[&[u8]],
     threads: usize,
-) -> Vec<Option<Chunk<P::Out>>> {
-    let next = AtomicUsize::new(0);
-    let mut parsed: Vec<Option<Chunk<P::Out>>> = (0..chunks.len()).map(|_| None).collect();
+    start: &mut Start,
+    deliver: &mut impl FnMut(P::Out, &Start) -> Result<(), MlError>,
+) -> Result<(), MlError> {
+    let mut hand_on = |i: usize, ahead: Option<Chunk<P::Out>>| {
+        let chunk = match ahead {
+            Some(c) if c.error.is_none() && parser.holds(&c, start) => c,
+            _ => parse_bytes(parser, name, chunks[i], *start),
+        };
+        let at = *start;
+        start.line += chunk.lines;
+        start.bytes += chunk.bytes;
+        start.entries += chunk.entries;
+        start.tokens += chunk.tokens;
+        deliver(chunk.out, &at)?;
+        chunk.error.map_or(Ok(()), Err)
+    };
+    if chunks.len() < 2 || threads < 2 {
+        return (0..chunks.len()).try_for_each(|i| hand_on(i, None));
+    }
+    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let (sender, parsed) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads.min(chunks.len()))
             .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
+                let (sender, next, stop) = (sender.clone(), &next, &stop);
+                scope.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(bytes) = chunks.get(i) else { break };
-                        mine.push((i, parse_bytes(parser, name, bytes, Start::default())));
+                        let chunk = parse_bytes(parser, name, bytes, Start::default());
+                        if sender.send((i, chunk)).is_err() {
+                            break;
+                        }
                     }
-                    mine
                 })
             })
             .collect();
-        for worker in workers {
-            // A chunk of a thread that panicked stays unparsed and is parsed again below.
-            if let Ok(mine) = worker.join() {
-                for (i, chunk) in mine {
-                    parsed[i] = Some(chunk);
-                }
+        drop(sender);
+        let mut ahead: Vec<Option<Chunk<P::Out>>> = (0..chunks.len()).map(|_| None).collect();
+        if !P::OVERLAP_DELIVERY {
+            while let Ok((k, chunk)) = parsed.recv() {
+                ahead[k] = Some(chunk);
             }
         }
-    });
-    parsed
+        let delivered = (0..chunks.len()).try_for_each(|i| {
+            // Once every worker is gone (one may have panicked), a missing chunk is parsed here.
+            while ahead[i].is_none()
+                && let Ok((k, chunk)) = parsed.recv()
+            {
+                ahead[k] = Some(chunk);
+            }
+            hand_on(i, ahead[i].take())
+        });
+        // After an error the chunks left are not needed.
+        stop.store(true, Ordering::Relaxed);
+        drop(parsed);
+        for worker in workers {
+            // A worker that panicked left its chunk to be parsed above.
+            let _ = worker.join();
+        }
+        delivered
+    })
 }
 
 /// Parses what `source` still holds from `start` and hands each chunk's values to
@@ -475,26 +536,14 @@ pub(crate) fn parse_chunks<P: ChunkParser>(
     start.exact = true;
     while let Some(block) = source.next_block()? {
         let chunks = cut(block, split.chunk);
-        let mut ahead = if chunks.len() > 1 && split.threads > 1 {
-            parse_ahead(parser, name, &chunks, split.threads)
-        } else {
-            Vec::new()
-        };
-        for (i, bytes) in chunks.iter().enumerate() {
-            let chunk = match ahead.get_mut(i).and_then(Option::take) {
-                Some(c) if c.error.is_none() && parser.holds(&c, &start) => c,
-                _ => parse_bytes(parser, name, bytes, start),
-            };
-            let at = start;
-            start.line += chunk.lines;
-            start.bytes += chunk.bytes;
-            start.entries += chunk.entries;
-            start.tokens += chunk.tokens;
-            deliver(chunk.out, &at)?;
-            if let Some(e) = chunk.error {
-                return Err(e);
-            }
-        }
+        parse_block(
+            parser,
+            name,
+            &chunks,
+            split.threads,
+            &mut start,
+            &mut deliver,
+        )?;
     }
     Ok(start)
 }
@@ -577,6 +626,9 @@ mod tests {
             "1e5.5",
             "123456789012345678901234567890",
             "7.006492321624086e-46",
+            "9999999",
+            "16777217",
+            "0000000",
         ];
         for text in texts {
             let ours = parse_f32(text).map(f32::to_bits);
@@ -600,6 +652,19 @@ mod tests {
             assert_eq!(ours, std, "{text:?}");
             assert_eq!(trim(text, true), text.trim(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn an_input_is_parsed_on_as_many_threads_as_its_first_block_has_chunks() {
+        let split = Split {
+            chunk: 10,
+            block: 40,
+            threads: 3,
+        };
+        let threads: Vec<_> = [0, 5, 10, 11, 25, 1000]
+            .map(|bytes| split.threads_for(bytes))
+            .into();
+        assert_eq!(threads, [1, 1, 1, 2, 3, 3]);
     }
 
     proptest::proptest! {

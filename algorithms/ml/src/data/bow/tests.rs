@@ -1,5 +1,5 @@
 use super::*;
-use crate::data::testing::{line_of, refused, write_in};
+use crate::data::testing::{line_of, mostly, refused, write_in};
 
 #[test]
 fn parses_docword_and_expands_counts() {
@@ -123,4 +123,67 @@ fn loads_with_vocab_and_checks_its_length() {
     ));
     std::fs::write(&vocab, "apple\n\nbanana\n").unwrap();
     assert_eq!(line_of(load_bow(&docword, Some(&vocab)).unwrap_err()), 2);
+}
+
+/// Entry lines, most of them of the common form, with odd pieces in every place.
+fn entry_line() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::strategy::Strategy;
+    let number = || mostly("[0-9]{1,19}", "[0-9]{20,22}|\\+[0-9]|-[0-9]|x|0x1|1\\.0|");
+    let space = || mostly("[ \t]{1,2}", "[\u{b}\u{c}\r]|\u{a0}|,|");
+    let edge = || mostly("[ \t]{0,2}", "[ \t\r\u{b}\u{c}]{1,3}|\u{a0}|#|[ \t][0-9]");
+    (
+        edge(),
+        number(),
+        space(),
+        number(),
+        space(),
+        number(),
+        edge(),
+    )
+        .prop_map(|(a, b, c, d, e, f, g)| [a, b, c, d, e, f, g].concat())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    /// A line the fast path reads is read as the general path reads it, and the lines of
+    /// the common form are read by it.
+    #[test]
+    fn the_fast_path_reads_entries_as_the_general_path(line in entry_line()) {
+        let fast = numeric_entry(line.as_bytes());
+        for ascii in [true, false] {
+            let general = entry_numbers(&line, ascii && line.is_ascii(), |m| {
+                MlError::malformed(Path::new("d"), 1, m)
+            });
+            if let Some(fast) = fast {
+                proptest::prop_assert_eq!(Some(fast), general.ok().flatten(), "{:?}", line);
+            }
+        }
+        let common = is_common_entry(&line);
+        proptest::prop_assert!(!common || fast.is_some(), "{:?}", line);
+    }
+}
+
+/// Whether `line` is `digits spaces digits spaces digits` (up to 19 digits each, spaces and
+/// tabs between and around): the form the fast path must read.
+fn is_common_entry(line: &str) -> bool {
+    let words: Vec<&str> = line.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
+    let only_blanks = line
+        .bytes()
+        .all(|b| b == b' ' || b == b'\t' || b.is_ascii_digit());
+    only_blanks
+        && words.len() == 3
+        && words
+            .iter()
+            .all(|w| (1..=19).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[test]
+fn entries_of_every_form_read_alike() {
+    // Tabs, trailing blanks, CRLF, leading zeros, a sign and a blank line: what the general
+    // path reads, by whichever path.
+    let text = "2\n3\n5\n 1\t2 3 \r\n\n2 03  1\t\r\n1 +1 2\n02 3 4\r\n1 1 1";
+    let c = parse_docword(text.as_bytes(), "d").unwrap();
+    assert_eq!(c.docs, vec![vec![1, 1, 1, 0, 0, 0], vec![2, 2, 2, 2, 2]]);
+    let err = parse_docword("1\n1\n1\n1 1 1x\n".as_bytes(), "d").unwrap_err();
+    assert!(err.to_string().contains("count \"1x\""), "{err}");
 }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::data::testing::{line_of, refused, write_in};
+use crate::data::testing::{line_of, mostly, refused, write_in};
 
 /// MovieLens `u.data` (tabs, timestamps), 1M `ratings.dat` (`::`) and `ratings.csv` (a
 /// header, commas, and a space-separated line after a comment); ids remapped in order of
@@ -279,15 +279,6 @@ fn generally(line: &str) -> Option<(u32, u32, f32)> {
     Some((numeric_id(fields[0])?, numeric_id(fields[1])?, rating))
 }
 
-/// Mostly `good`, sometimes `odd` (strings of either regex).
-fn mostly(good: &str, odd: &str) -> impl proptest::strategy::Strategy<Value = String> {
-    use proptest::string::string_regex;
-    proptest::prop_oneof![
-        4 => string_regex(good).unwrap(),
-        1 => string_regex(odd).unwrap(),
-    ]
-}
-
 /// Ratings lines, most of them of the common form, with odd pieces in every place.
 fn ratings_line() -> impl proptest::strategy::Strategy<Value = String> {
     use proptest::strategy::Strategy;
@@ -342,4 +333,17 @@ fn ids_large_small_and_textual_are_indexed_in_order() {
     assert_eq!(m.item_ids, ["1", "2", "3"]);
     let user_of: Vec<u32> = r.entries.iter().map(|e| e.0).collect();
     assert_eq!(user_of, [0, 1, 2, 3, 0, 4, 1, 5]);
+    // Lines of the common form only: the chunks keep the ids as read, made dense as they
+    // are merged, in the same order.
+    let text = format!("7 1 1\n{big} 1 2\n4294967295 2 3\n7 3 5\n{big} 2 7\n9 2 1\n");
+    for chunk in [0, 7] {
+        let r = crate::data::chunk_tests::with_split(chunk, || {
+            parse_triplets(text.as_bytes(), "r").unwrap()
+        });
+        let m = r.id_mapping.unwrap();
+        assert_eq!(m.user_ids, ["7", &big.to_string(), "4294967295", "9"]);
+        assert_eq!(m.item_ids, ["1", "2", "3"]);
+        let dense: Vec<(u32, u32)> = r.entries.iter().map(|e| (e.0, e.1)).collect();
+        assert_eq!(dense, [(0, 0), (1, 0), (2, 1), (0, 2), (1, 1), (3, 1)]);
+    }
 }
