@@ -55,6 +55,11 @@ impl LoadBalancer {
             .collect()
     }
 
+    /// Each worker's smoothed time per unit (0 where not measured yet).
+    pub fn seconds_per_unit(&self) -> Vec<f64> {
+        self.per_unit.iter().map(|t| t.unwrap_or(0.0)).collect()
+    }
+
     /// Worker `worker` spent `busy_s` seconds on its current share (since the last call);
     /// a non-positive or non-finite time measures nothing.
     pub fn observe(&mut self, worker: usize, busy_s: f64) {

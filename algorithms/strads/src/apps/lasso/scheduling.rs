@@ -23,7 +23,10 @@ use super::heldout::LinearHeldout;
 use super::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
 };
-use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
+use super::config::Balance;
+use super::metrics::RowDealing;
+use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
+use crate::core::balance::LoadBalancer;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::lasso::pull;
@@ -39,6 +42,34 @@ use serde::{Deserialize, Serialize};
 pub(super) enum InFlight {
     Update(Vec<usize>),
     Evaluate,
+    Deal,
+}
+
+/// `balance = "dynamic"`: the row dealer, each worker's compute (push and commit seconds,
+/// cumulative) at its last answer, and the re-deals so far.
+pub(super) struct RowDealer {
+    balancer: LoadBalancer,
+    last_busy: Vec<f64>,
+    deals: u64,
+}
+
+impl RowDealer {
+    /// Worker `index`'s compute since its last answer, on its current rows.
+    fn observe(&mut self, index: usize, busy: WorkerBusy) {
+        let total = busy.push_s + busy.commit_s;
+        if let Some(last) = self.last_busy.get_mut(index) {
+            self.balancer.observe(index, total - *last);
+            *last = total;
+        }
+    }
+
+    fn report(&self) -> RowDealing {
+        RowDealing {
+            deals: self.deals,
+            rows: self.balancer.shares().to_vec(),
+            seconds_per_row: self.balancer.seconds_per_unit(),
+        }
+    }
 }
 
 /// Scheduler half: priorities, dependency filter, coefficients, pull and metrics.
@@ -61,6 +92,8 @@ pub struct LassoScheduling {
     /// The digest of the data it was built from, when read from a file (compared with the
     /// workers' before the first round).
     pub(super) data_digest: Option<u64>,
+    /// The rows' dealer with `balance = "dynamic"`.
+    dealer: Option<RowDealer>,
 }
 
 /// What a [`LassoScheduling`] changes while running (a round checkpoint holds it, with the
@@ -102,6 +135,19 @@ impl LassoScheduling {
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
+        let dealer = match job.balance {
+            Balance::Static => None,
+            Balance::Dynamic => Some(RowDealer {
+                balancer: LoadBalancer::new(
+                    crate::core::split_evenly(x.n_rows, workers)
+                        .iter()
+                        .map(|r| r.len() as u64)
+                        .collect(),
+                )?,
+                last_busy: vec![0.0; workers],
+                deals: 0,
+            }),
+        };
         Ok(LassoScheduling {
             scheduler,
             col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
@@ -131,6 +177,7 @@ impl LassoScheduling {
             heldout,
             shape: None,
             data_digest: None,
+            dealer,
         })
     }
 
@@ -153,8 +200,31 @@ impl LassoScheduling {
     pub fn outcome(&self) -> LassoOutcome {
         LassoOutcome {
             coefficients: self.s.coefficients.clone(),
-            metrics: self.s.metrics.clone(),
+            metrics: LassoMetrics {
+                balance: self.dealer.as_ref().map(RowDealer::report),
+                ..self.s.metrics.clone()
+            },
         }
+    }
+
+    /// A round that deals the rows anew, when the dealer measured that it pays. Only with
+    /// nothing in flight, and nothing is scheduled while it is: the update rounds and
+    /// their pipelining stay those of a static dealing.
+    fn deal(&mut self, round: u64) -> Option<Step<LassoTask>> {
+        let dealer = self.dealer.as_mut()?;
+        dealer.balancer.rebalance()?;
+        dealer.deals += 1;
+        let ranges = dealer.balancer.ranges();
+        tracing::debug!(round, rows = ?dealer.balancer.shares(), "lasso rows re-dealt");
+        self.in_flight.push_back((round, InFlight::Deal));
+        let tasks = ranges
+            .into_iter()
+            .map(|r| LassoTask::Deal {
+                start: r.start,
+                end: r.end,
+            })
+            .collect();
+        Some(Step::Run(Plan::PerWorker(tasks)))
     }
 
     /// An evaluation is due: every `eval_every` update rounds, or (with `eval_every = 0`)
@@ -229,6 +299,15 @@ impl Schedule<LassoApp> for LassoScheduling {
                 Step::Done
             };
         }
+        if self.in_flight.iter().any(|(_, kind)| *kind == InFlight::Deal) {
+            return Step::Wait;
+        }
+        if in_flight == 0
+            && self.in_flight.is_empty()
+            && let Some(step) = self.deal(round)
+        {
+            return step;
+        }
         // With a test set, the held-out curve starts at the untrained model.
         if self.heldout.is_some() && self.s.rounds_scheduled == 0 {
             return self.evaluate(round);
@@ -247,7 +326,7 @@ impl Schedule<LassoApp> for LassoScheduling {
             .iter()
             .flat_map(|(_, kind)| match kind {
                 InFlight::Update(vars) => vars.as_slice(),
-                InFlight::Evaluate => &[],
+                InFlight::Evaluate | InFlight::Deal => &[],
             })
             .copied()
             .collect();
@@ -300,11 +379,11 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
         let commit = match kind {
             InFlight::Update(vars) => {
-                let mut slowest = super::wire::WorkerBusy::default();
+                let mut slowest = WorkerBusy::default();
                 let mut summed = vec![0.0f32; vars.len()];
                 let mut sq = 0.0;
                 let mut applied = Vec::with_capacity(partials.len());
-                for p in &partials {
+                for (index, p) in partials.iter().enumerate() {
                     let LassoPartial::Z {
                         z,
                         sq_residual,
@@ -327,6 +406,9 @@ impl Schedule<LassoApp> for LassoScheduling {
                     sq += sq_residual;
                     applied.push(*a);
                     slowest = slowest.slowest(*busy);
+                    if let Some(dealer) = &mut self.dealer {
+                        dealer.observe(index, *busy);
+                    }
                 }
                 let profile = &mut self.s.metrics.profile;
                 profile.update_rounds += 1;
@@ -377,6 +459,17 @@ impl Schedule<LassoApp> for LassoScheduling {
                 self.s.metrics.profile.eval_rounds += 1;
                 self.s.metrics.profile.scheduler_peak_rss_mb = super::metrics::peak_rss_mb();
                 self.s.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
+                LassoCommit::default()
+            }
+            InFlight::Deal => {
+                if partials
+                    .iter()
+                    .any(|p| !matches!(p, LassoPartial::Dealt { .. }))
+                {
+                    return Err(StradsModelError::protocol(format!(
+                        "round {round}: an update or evaluation answer to a deal"
+                    )));
+                }
                 LassoCommit::default()
             }
         };
