@@ -54,9 +54,9 @@ pub const DEFAULT_INTERFERENCE_BOUND: f32 = 0.0;
 pub const RECOMMENDED_SPARSE_INTERFERENCE_BOUND: f32 = 3.0;
 
 /// Weight of a new measurement in a worker's smoothed time per unit
-/// ([`LoadBalancer`](crate::core::balance::LoadBalancer)): a few rounds to follow a change,
-/// one noisy round moves it little.
-pub const BALANCE_SMOOTHING: f64 = 0.3;
+/// ([`LoadBalancer`](crate::core::balance::LoadBalancer)): some twenty rounds to follow a
+/// change; rounds timed +-30 % apart (a loaded machine) leave it within a few %.
+pub const BALANCE_SMOOTHING: f64 = 0.1;
 
 /// A re-deal is taken only if it shortens the predicted round by more than this share (a
 /// re-deal costs a round and a rebuild of the moved rows, and noise must not thrash).
@@ -64,3 +64,8 @@ pub const BALANCE_MIN_GAIN: f64 = 0.05;
 
 /// No worker's share falls below this share of an even one, so it stays measured.
 pub const BALANCE_MIN_SHARE: f64 = 0.05;
+
+/// Rounds every worker answers on its share before the first re-deal is considered (the
+/// period doubles after each): the smoothed times follow the new shares, a noisy round
+/// cannot re-deal at once, and re-deals, which rebuild the workers' row blocks, stay few.
+pub const BALANCE_SETTLE_ROUNDS: u32 = 8;

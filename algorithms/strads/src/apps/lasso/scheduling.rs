@@ -51,14 +51,21 @@ pub(super) struct RowDealer {
     balancer: LoadBalancer,
     last_busy: Vec<f64>,
     deals: u64,
+    /// The first answers after a deal also hold the last commit on the old rows: they
+    /// only move `last_busy`.
+    just_dealt: Vec<bool>,
 }
 
 impl RowDealer {
     /// Worker `index`'s compute since its last answer, on its current rows.
     fn observe(&mut self, index: usize, busy: WorkerBusy) {
         let total = busy.push_s + busy.commit_s;
-        if let Some(last) = self.last_busy.get_mut(index) {
-            self.balancer.observe(index, total - *last);
+        if let (Some(last), Some(dealt)) =
+            (self.last_busy.get_mut(index), self.just_dealt.get_mut(index))
+        {
+            if !std::mem::take(dealt) {
+                self.balancer.observe(index, total - *last);
+            }
             *last = total;
         }
     }
@@ -146,6 +153,7 @@ impl LassoScheduling {
                 )?,
                 last_busy: vec![0.0; workers],
                 deals: 0,
+                just_dealt: vec![false; workers],
             }),
         };
         Ok(LassoScheduling {
@@ -214,6 +222,7 @@ impl LassoScheduling {
         let dealer = self.dealer.as_mut()?;
         dealer.balancer.rebalance()?;
         dealer.deals += 1;
+        dealer.just_dealt.iter_mut().for_each(|d| *d = true);
         let ranges = dealer.balancer.ranges();
         tracing::debug!(round, rows = ?dealer.balancer.shares(), "lasso rows re-dealt");
         self.in_flight.push_back((round, InFlight::Deal));
