@@ -273,15 +273,32 @@ fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
     let run = |balance: &str| {
         let out = dir.path().join(balance);
         let status = petrel_cmd(["train", "lasso", "--out", out.to_str().unwrap()])
-            .args(["--workers", "2", "--transport", "memory", "--balance", balance])
+            .args([
+                "--workers",
+                "2",
+                "--transport",
+                "memory",
+                "--balance",
+                balance,
+            ])
             .args(["--straggler", "0", "--straggler-factor", "3"])
             .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
-            .args(["--block-size", "8", "--candidate-pool", "32", "--eval-every", "50"])
+            .args([
+                "--block-size",
+                "8",
+                "--candidate-pool",
+                "32",
+                "--eval-every",
+                "50",
+            ])
             .args(["--gap-tolerance", "1e-6", "--max-rounds", "4000"])
             .env("RUST_LOG", "warn")
             .status()
             .unwrap();
-        assert!(status.success(), "petrel train lasso --balance {balance}: {status}");
+        assert!(
+            status.success(),
+            "petrel train lasso --balance {balance}: {status}"
+        );
         metrics(&out)
     };
     let fixed = run("static");
@@ -297,7 +314,10 @@ fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
         assert!(gap <= 1e-6 * objective, "stopped on the round limit: {gap}");
     }
     let rel = (f_dynamic - f_static).abs() / f_static;
-    assert!(rel < 1e-6, "objectives {f_static} and {f_dynamic}: {rel:e} apart");
+    assert!(
+        rel < 1e-6,
+        "objectives {f_static} and {f_dynamic}: {rel:e} apart"
+    );
     let rows: Vec<u64> = dynamic["balance"]["rows"]
         .as_array()
         .unwrap()

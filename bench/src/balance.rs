@@ -34,7 +34,7 @@ pub struct BalanceBenchArgs {
     #[arg(long, default_value_t = 512)]
     pub block_size: usize,
     /// Rounds of each run, evaluations included (`--quick`: 60).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1000)]
     pub rounds: u64,
     /// How many times as long worker 0's compute takes.
     #[arg(long, default_value_t = 2.0)]

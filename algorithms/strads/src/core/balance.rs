@@ -229,7 +229,9 @@ mod tests {
             let shares = b.shares().to_vec();
             for (w, (&s, t)) in shares.iter().zip([2e-6, 1e-6]).enumerate() {
                 // +-30 % of noise per measurement, as on a loaded machine.
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let noise = 0.7 + 0.6 * (seed >> 11) as f64 / (1u64 << 53) as f64;
                 b.observe(w, s as f64 * t * noise);
             }

@@ -17,8 +17,8 @@ pub mod wire;
 pub mod worker;
 
 pub use config::{
-    Balance, ColumnShare, DesignShape, LassoSettings, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
-    SyntheticLasso, lambda_max,
+    Balance, ColumnShare, DesignShape, LassoSettings, LassoSolver,
+    RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max,
 };
 pub use metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,

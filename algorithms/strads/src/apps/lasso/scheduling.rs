@@ -18,17 +18,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::ClusterShape;
+use super::config::Balance;
 use super::config::LassoSettings;
 use super::heldout::LinearHeldout;
+use super::metrics::RowDealing;
 use super::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
 };
-use super::config::Balance;
-use super::metrics::RowDealing;
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
-use crate::core::balance::LoadBalancer;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::balance::LoadBalancer;
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
@@ -60,9 +60,10 @@ impl RowDealer {
     /// Worker `index`'s compute since its last answer, on its current rows.
     fn observe(&mut self, index: usize, busy: WorkerBusy) {
         let total = busy.push_s + busy.commit_s;
-        if let (Some(last), Some(dealt)) =
-            (self.last_busy.get_mut(index), self.just_dealt.get_mut(index))
-        {
+        if let (Some(last), Some(dealt)) = (
+            self.last_busy.get_mut(index),
+            self.just_dealt.get_mut(index),
+        ) {
             if !std::mem::take(dealt) {
                 self.balancer.observe(index, total - *last);
             }
@@ -308,7 +309,11 @@ impl Schedule<LassoApp> for LassoScheduling {
                 Step::Done
             };
         }
-        if self.in_flight.iter().any(|(_, kind)| *kind == InFlight::Deal) {
+        if self
+            .in_flight
+            .iter()
+            .any(|(_, kind)| *kind == InFlight::Deal)
+        {
             return Step::Wait;
         }
         if in_flight == 0

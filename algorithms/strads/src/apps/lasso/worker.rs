@@ -5,8 +5,8 @@ use crate::core::StradsModelError;
 use crate::core::app::{Push, decode_state, encode_state};
 use crate::core::lasso::LassoWorkerState;
 use petrel_messages::tensor::f64_bytes;
-use serde::{Deserialize, Serialize};
 use petrel_ml::data::SparseColumns;
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::time::Instant;
 
