@@ -65,7 +65,6 @@ pub const BALANCE_MIN_GAIN: f64 = 0.05;
 /// No worker's share falls below this share of an even one, so it stays measured.
 pub const BALANCE_MIN_SHARE: f64 = 0.05;
 
-/// Rounds every worker answers on its share before the first re-deal is considered (the
-/// period doubles after each): the smoothed times follow the new shares, a noisy round
-/// cannot re-deal at once, and re-deals, which rebuild the workers' row blocks, stay few.
+/// Rounds every worker answers on its share before a re-deal is considered: the smoothed
+/// times follow the new shares, and a noisy round cannot re-deal at once.
 pub const BALANCE_SETTLE_ROUNDS: u32 = 8;

@@ -54,6 +54,9 @@ pub(super) struct RowDealer {
     /// The first answers after a deal also hold the last commit on the old rows: they
     /// only move `last_busy`.
     just_dealt: Vec<bool>,
+    /// When the last round was pulled (seconds into the run): a deal's cost is the time
+    /// from there to its own pull.
+    last_pull_s: f64,
 }
 
 impl RowDealer {
@@ -155,6 +158,7 @@ impl LassoScheduling {
                 last_busy: vec![0.0; workers],
                 deals: 0,
                 just_dealt: vec![false; workers],
+                last_pull_s: 0.0,
             }),
         };
         Ok(LassoScheduling {
@@ -476,6 +480,11 @@ impl Schedule<LassoApp> for LassoScheduling {
                 LassoCommit::default()
             }
             InFlight::Deal => {
+                if let Some(dealer) = &mut self.dealer {
+                    dealer
+                        .balancer
+                        .deal_cost(elapsed.as_secs_f64() - dealer.last_pull_s);
+                }
                 if partials
                     .iter()
                     .any(|p| !matches!(p, LassoPartial::Dealt { .. }))
@@ -489,6 +498,9 @@ impl Schedule<LassoApp> for LassoScheduling {
         };
         self.s.metrics.updates = self.s.updates;
         self.s.metrics.profile.finish(elapsed.as_secs_f64());
+        if let Some(dealer) = &mut self.dealer {
+            dealer.last_pull_s = elapsed.as_secs_f64();
+        }
         self.after_commit();
         Ok(commit)
     }
