@@ -263,3 +263,68 @@ fn bad_libsvm_file_fails_with_its_line() {
         .to_string();
     assert!(err.contains("bad.libsvm:2"), "{err}");
 }
+
+/// `petrel train lasso --balance dynamic` with worker 0 slowed: rows move off it, and the
+/// model is static dealing's to 1e-6 of the objective (both stop on a duality gap of 1e-6
+/// relative, which bounds each one's distance to the optimum).
+#[test]
+fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |balance: &str| {
+        let out = dir.path().join(balance);
+        let status = petrel_cmd(["train", "lasso", "--out", out.to_str().unwrap()])
+            .args([
+                "--workers",
+                "2",
+                "--transport",
+                "memory",
+                "--balance",
+                balance,
+            ])
+            .args(["--straggler", "0", "--straggler-factor", "3"])
+            .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
+            .args([
+                "--block-size",
+                "8",
+                "--candidate-pool",
+                "32",
+                "--eval-every",
+                "50",
+            ])
+            .args(["--gap-tolerance", "1e-6", "--max-rounds", "4000"])
+            .env("RUST_LOG", "warn")
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "petrel train lasso --balance {balance}: {status}"
+        );
+        metrics(&out)
+    };
+    let fixed = run("static");
+    let dynamic = run("dynamic");
+    assert!(fixed.get("balance").is_none(), "{fixed}");
+    let (f_static, f_dynamic) = (
+        fixed["final_objective"].as_f64().unwrap(),
+        dynamic["final_objective"].as_f64().unwrap(),
+    );
+    for m in [&fixed, &dynamic] {
+        let gap = m["final_duality_gap"].as_f64().unwrap();
+        let objective = m["final_objective"].as_f64().unwrap();
+        assert!(gap <= 1e-6 * objective, "stopped on the round limit: {gap}");
+    }
+    let rel = (f_dynamic - f_static).abs() / f_static;
+    assert!(
+        rel < 1e-6,
+        "objectives {f_static} and {f_dynamic}: {rel:e} apart"
+    );
+    let rows: Vec<u64> = dynamic["balance"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_u64().unwrap())
+        .collect();
+    assert_eq!(rows.iter().sum::<u64>(), 150);
+    assert!(rows[0] < rows[1], "the slow worker kept {rows:?}");
+    assert!(dynamic["balance"]["deals"].as_u64().unwrap() >= 1);
+}

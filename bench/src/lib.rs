@@ -12,6 +12,8 @@ use petrel::CliError;
 #[allow(missing_docs)]
 pub mod adarevision;
 #[allow(missing_docs)]
+pub mod balance;
+#[allow(missing_docs)]
 pub mod consistency;
 #[allow(missing_docs)]
 pub mod lasso_scale;
@@ -251,6 +253,9 @@ benches! {
     LogisticScale(logistic_scale::LogisticScaleBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
     LassoSchedulers(lasso_schedulers::LassoSchedulersBenchArgs),
+    /// STRADS with one worker slowed 2x: static against dynamic dealing (by measured
+    /// worker speed), time and final objective side by side.
+    Balance(balance::BalanceBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
     Mf(mf::StradsMfBenchArgs),
     /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.

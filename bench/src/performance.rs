@@ -272,6 +272,11 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
         "variants[].seconds",
     ),
     (
+        "balance",
+        "STRADS with worker 0 slowed 2x, static against dynamic dealing (by measured worker speed) for the same rounds: speed-up and final objective apart",
+        "apps[].dynamic_over_static apps[].objective_rel_diff",
+    ),
+    (
         "mf",
         "STRADS CCD++ with blocks rotating worker to worker, 1 and 2 workers, to a train RMSE",
         "time_to_target_s single_worker_time_to_target_s final_rmse",

@@ -334,3 +334,34 @@ fn mf_scale_refuses_a_negative_lambda_before_any_work() {
     assert!(e.to_string().contains("lambda"), "{e}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
+    let (_dir, a) = parse_in::<petrel_bench::balance::BalanceBenchArgs>(
+        "--quick --transport memory --out {dir}",
+    );
+    let f = petrel_bench::balance::measure(&a).unwrap();
+    let json = serde_json::to_value(&f).unwrap();
+    assert_eq!(json["bench"], "balance");
+    let apps = json["apps"].as_array().unwrap();
+    assert_eq!(apps.len(), 1);
+    for key in [
+        "app",
+        "static_s",
+        "dynamic_s",
+        "dynamic_over_static",
+        "objective_rel_diff",
+    ] {
+        assert!(apps[0].get(key).is_some(), "no {key} in {json}");
+    }
+    let lasso = &f.apps[0];
+    assert_eq!(lasso.app, "lasso");
+    assert!(lasso.static_s > 0.0 && lasso.dynamic_s > 0.0, "{lasso:?}");
+    let ratio = lasso.static_s / lasso.dynamic_s;
+    assert!((lasso.dynamic_over_static - ratio).abs() <= 1e-12 * ratio);
+    assert!(lasso.objective_rel_diff < 1e-4, "{lasso:?}");
+    // Worker 0 is the slow one: the dealer moved rows off it.
+    assert!(lasso.deals >= 1, "{lasso:?}");
+    assert_eq!(lasso.dynamic_rows.iter().sum::<u64>(), 4000);
+    assert!(lasso.dynamic_rows[0] < lasso.dynamic_rows[1], "{lasso:?}");
+}

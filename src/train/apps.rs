@@ -8,7 +8,7 @@ use petrel_ml::job::InvalidSetting;
 use petrel_ml::topic::LdaMetrics;
 use petrel_ps::kit::settings::RunFiles;
 use petrel_ps::{PsApp, PsLda, PsLdaSettings, PsLr, PsLrSettings, PsMf, PsMfSettings};
-use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings};
+use petrel_strads::apps::lasso::{Balance, LassoApp, LassoMetrics, LassoSettings};
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::apps::logistic::{ClassifierLoss, LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
@@ -255,8 +255,11 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
     match section {
         // Logistic regression reads Lasso's settings.
         <LassoApp as TrainApp>::SECTION | <LogisticApp as TrainApp>::SECTION => {
-            job::<LassoApp>(value)
-                .is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every) && j.schedulers <= 1)
+            job::<LassoApp>(value).is_some_and(|j| {
+                strads(&j.checkpoint_dir, j.checkpoint_every)
+                    && j.schedulers <= 1
+                    && j.balance == Balance::Static
+            })
         }
         <MfApp as TrainApp>::SECTION => {
             job::<MfApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
@@ -317,8 +320,10 @@ impl StradsTrainApp for LassoApp {
         job.timeout_s
     }
     fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
-        // Several schedulers do not checkpoint ([`Self::check_run`] refuses the settings).
-        (job.schedulers <= 1).then_some((&mut job.checkpoint_dir, &mut job.resume))
+        // Several schedulers and dynamic dealing do not checkpoint (the settings' checks
+        // refuse a checkpoint directory).
+        (job.schedulers <= 1 && job.balance == Balance::Static)
+            .then_some((&mut job.checkpoint_dir, &mut job.resume))
     }
     fn check_run(job: &LassoSettings, transport: Option<JobTransport>) -> Result<(), CliError> {
         let wants_checkpoints = job.checkpoint_dir.is_some() || job.resume;

@@ -555,6 +555,18 @@ impl StradsJob for LogisticApp {
         );
         c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
         c.require(
+            job.balance == super::lasso::Balance::Static,
+            "balance",
+            job.balance,
+            lasso_only,
+        );
+        c.require(
+            job.straggler.is_none(),
+            "straggler",
+            job.straggler.unwrap_or_default(),
+            lasso_only,
+        );
+        c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",
             job.fail_after_checkpoints.unwrap_or_default(),

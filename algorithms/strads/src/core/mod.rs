@@ -7,6 +7,7 @@
 //! runs are in their tests).
 
 pub mod app;
+pub mod balance;
 pub mod baseline;
 pub mod checkpoint;
 pub mod gauss_seidel;

@@ -52,3 +52,19 @@ pub const DEFAULT_INTERFERENCE_BOUND: f32 = 0.0;
 /// The bound that needed the fewest updates on sparse designs (`bench lasso-scale` uses
 /// it); above the worst-case-safe 2, the Schur bound being loose for mixed-sign columns.
 pub const RECOMMENDED_SPARSE_INTERFERENCE_BOUND: f32 = 3.0;
+
+/// Weight of a new measurement in a worker's smoothed time per unit
+/// ([`LoadBalancer`](crate::core::balance::LoadBalancer)): some twenty rounds to follow a
+/// change; rounds timed +-30 % apart (a loaded machine) leave it within a few %.
+pub const BALANCE_SMOOTHING: f64 = 0.1;
+
+/// A re-deal is taken only if it shortens the predicted round by more than this share (a
+/// re-deal costs a round and a rebuild of the moved rows, and noise must not thrash).
+pub const BALANCE_MIN_GAIN: f64 = 0.05;
+
+/// No worker's share falls below this share of an even one, so it stays measured.
+pub const BALANCE_MIN_SHARE: f64 = 0.05;
+
+/// Rounds every worker answers on its share before a re-deal is considered: the smoothed
+/// times follow the new shares, and a noisy round cannot re-deal at once.
+pub const BALANCE_SETTLE_ROUNDS: u32 = 8;

@@ -194,6 +194,18 @@ pub struct LassoSettings {
     /// Fault injection for tests: fail after writing this many checkpoints (TOML only).
     #[arg(skip)]
     pub fail_after_checkpoints: Option<u64>,
+    /// Scheduled Lasso: how rows are dealt to the workers, `static` (once, evenly) or
+    /// `dynamic` (re-dealt between rounds by each worker's measured time per row; every
+    /// worker then holds the whole design).
+    #[arg(long, value_enum, default_value_t = Balance::Static)]
+    pub balance: Balance,
+    /// Emulated slow worker (benches, tests): this worker's compute takes
+    /// `straggler_factor` times as long.
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How many times as long the straggler's compute takes.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
 }
 
 // Every default is written once, on its flag.
@@ -231,6 +243,9 @@ impl LassoSettings {
             depth: self.depth.to_string(),
             eval_every: self.eval_every.to_string(),
             eval_work_ratio: self.eval_work_ratio.to_string(),
+            balance: self.balance.to_string(),
+            straggler: format!("{:?}", self.straggler),
+            straggler_factor: self.straggler_factor.to_string(),
         );
         set
     }
@@ -509,6 +524,9 @@ impl StradsSettings for LassoSettings {
         }
         c.at_least("timeout_s", self.timeout_s, 1);
         c.at_least("schedulers", self.schedulers, 1);
+        c.finite("straggler_factor", self.straggler_factor);
+        c.at_least("straggler_factor", self.straggler_factor, 1.0);
+        self.check_balance(&mut c);
         c.require(
             self.gs_exchange.is_none(),
             "gs_exchange",
@@ -575,6 +593,29 @@ impl StradsSettings for LassoSettings {
     /// (the scheduled solvers keep `depth` rounds in flight).
     fn scheduler_options(&self) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
+    }
+}
+
+impl LassoSettings {
+    /// `balance = "dynamic"` moves rows between workers: one scheduler, and no round
+    /// checkpoints (a checkpoint's residuals are per static row block).
+    fn check_balance(&self, c: &mut SettingChecks) {
+        if self.balance == Balance::Static {
+            return;
+        }
+        let why = "applies to balance = \"static\" only (dynamic dealing moves rows \
+                   between the workers)";
+        c.require(self.schedulers == 1, "schedulers", self.schedulers, why);
+        c.require(
+            self.checkpoint_dir.is_none(),
+            "checkpoint_dir",
+            self.checkpoint_dir
+                .as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            why,
+        );
+        c.require(!self.resume, "resume", self.resume, why);
     }
 }
 
@@ -671,7 +712,7 @@ mod solver;
 
 pub(crate) use share::check_pick;
 pub use share::{ColumnShare, DesignShape};
-pub use solver::{ClassifierLoss, LassoSolver};
+pub use solver::{Balance, ClassifierLoss, LassoSolver};
 
 #[cfg(test)]
 mod tests;

@@ -119,6 +119,20 @@ pub struct LassoMetrics {
     /// Where the rounds' time went.
     #[serde(default)]
     pub profile: RoundProfile,
+    /// With `balance = "dynamic"`: how the rows were dealt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<RowDealing>,
+}
+
+/// How a scheduled Lasso with `balance = "dynamic"` dealt its rows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RowDealing {
+    /// Re-deals (each one round).
+    pub deals: u64,
+    /// Rows of each worker at the end, in worker order.
+    pub rows: Vec<u64>,
+    /// Each worker's smoothed seconds per row at the end (0 where never measured).
+    pub seconds_per_row: Vec<f64>,
 }
 
 impl LassoMetrics {

@@ -17,8 +17,8 @@ pub mod wire;
 pub mod worker;
 
 pub use config::{
-    ColumnShare, DesignShape, LassoSettings, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
-    SyntheticLasso, lambda_max,
+    Balance, ColumnShare, DesignShape, LassoSettings, LassoSolver,
+    RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max,
 };
 pub use metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,
@@ -84,14 +84,21 @@ impl StradsJob for LassoApp {
         let mut rows = 0..0;
         let mut means = None;
         let mut digest = None;
-        let (block, y_block) = if job.fit_intercept || job.data.is_some() {
+        let mut whole = None;
+        let dynamic = job.balance == Balance::Dynamic;
+        let (block, y_block) = if job.fit_intercept || job.data.is_some() || dynamic {
             // Implicit centring needs the whole design's column means; a file is read
-            // whole anyway (and digested, as the scheduler does).
+            // whole anyway (and digested, as the scheduler does); dynamic dealing may
+            // hand this worker any rows.
             let (x, y) = job.load()?;
             rows = shape.share(x.n_rows, index)?;
             means = job.design_means(&x);
             digest = job.data.is_some().then(|| data_fingerprint(&x, &y));
-            (x.row_block(rows.clone()), y[rows.clone()].to_vec())
+            let block = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
+            if dynamic {
+                whole = Some(worker::WholeDesign::new(x, y, means.clone()));
+            }
+            block
         } else {
             job.load_rows(|n| {
                 rows = shape.share(n, index)?;
@@ -104,6 +111,12 @@ impl StradsJob for LassoApp {
         };
         let mut worker = LassoWorker::with_schedulers(state, job.schedulers);
         worker.data_digest = digest;
+        if let Some(whole) = whole {
+            worker = worker.dealing(whole);
+        }
+        if job.straggler == Some(index as u32) {
+            worker = worker.slowed(job.straggler_factor);
+        }
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
         Ok(StarHalf(worker))
     }

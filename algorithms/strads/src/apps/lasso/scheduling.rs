@@ -18,14 +18,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::ClusterShape;
+use super::config::Balance;
 use super::config::LassoSettings;
 use super::heldout::LinearHeldout;
+use super::metrics::RowDealing;
 use super::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
 };
-use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
+use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::balance::LoadBalancer;
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
@@ -39,6 +42,45 @@ use serde::{Deserialize, Serialize};
 pub(super) enum InFlight {
     Update(Vec<usize>),
     Evaluate,
+    Deal,
+}
+
+/// `balance = "dynamic"`: the row dealer, each worker's compute (push and commit seconds,
+/// cumulative) at its last answer, and the re-deals so far.
+pub(super) struct RowDealer {
+    balancer: LoadBalancer,
+    last_busy: Vec<f64>,
+    deals: u64,
+    /// The first answers after a deal also hold the last commit on the old rows: they
+    /// only move `last_busy`.
+    just_dealt: Vec<bool>,
+    /// When the last round was pulled (seconds into the run): a deal's cost is the time
+    /// from there to its own pull.
+    last_pull_s: f64,
+}
+
+impl RowDealer {
+    /// Worker `index`'s compute since its last answer, on its current rows.
+    fn observe(&mut self, index: usize, busy: WorkerBusy) {
+        let total = busy.push_s + busy.commit_s;
+        if let (Some(last), Some(dealt)) = (
+            self.last_busy.get_mut(index),
+            self.just_dealt.get_mut(index),
+        ) {
+            if !std::mem::take(dealt) {
+                self.balancer.observe(index, total - *last);
+            }
+            *last = total;
+        }
+    }
+
+    fn report(&self) -> RowDealing {
+        RowDealing {
+            deals: self.deals,
+            rows: self.balancer.shares().to_vec(),
+            seconds_per_row: self.balancer.seconds_per_unit(),
+        }
+    }
 }
 
 /// Scheduler half: priorities, dependency filter, coefficients, pull and metrics.
@@ -61,6 +103,8 @@ pub struct LassoScheduling {
     /// The digest of the data it was built from, when read from a file (compared with the
     /// workers' before the first round).
     pub(super) data_digest: Option<u64>,
+    /// The rows' dealer with `balance = "dynamic"`.
+    dealer: Option<RowDealer>,
 }
 
 /// What a [`LassoScheduling`] changes while running (a round checkpoint holds it, with the
@@ -102,6 +146,21 @@ impl LassoScheduling {
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
+        let dealer = match job.balance {
+            Balance::Static => None,
+            Balance::Dynamic => Some(RowDealer {
+                balancer: LoadBalancer::new(
+                    crate::core::split_evenly(x.n_rows, workers)
+                        .iter()
+                        .map(|r| r.len() as u64)
+                        .collect(),
+                )?,
+                last_busy: vec![0.0; workers],
+                deals: 0,
+                just_dealt: vec![false; workers],
+                last_pull_s: 0.0,
+            }),
+        };
         Ok(LassoScheduling {
             scheduler,
             col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
@@ -131,6 +190,7 @@ impl LassoScheduling {
             heldout,
             shape: None,
             data_digest: None,
+            dealer,
         })
     }
 
@@ -153,8 +213,32 @@ impl LassoScheduling {
     pub fn outcome(&self) -> LassoOutcome {
         LassoOutcome {
             coefficients: self.s.coefficients.clone(),
-            metrics: self.s.metrics.clone(),
+            metrics: LassoMetrics {
+                balance: self.dealer.as_ref().map(RowDealer::report),
+                ..self.s.metrics.clone()
+            },
         }
+    }
+
+    /// A round that deals the rows anew, when the dealer measured that it pays. Only with
+    /// nothing in flight, and nothing is scheduled while it is: the update rounds and
+    /// their pipelining stay those of a static dealing.
+    fn deal(&mut self, round: u64) -> Option<Step<LassoTask>> {
+        let dealer = self.dealer.as_mut()?;
+        dealer.balancer.rebalance()?;
+        dealer.deals += 1;
+        dealer.just_dealt.iter_mut().for_each(|d| *d = true);
+        let ranges = dealer.balancer.ranges();
+        tracing::debug!(round, rows = ?dealer.balancer.shares(), "lasso rows re-dealt");
+        self.in_flight.push_back((round, InFlight::Deal));
+        let tasks = ranges
+            .into_iter()
+            .map(|r| LassoTask::Deal {
+                start: r.start,
+                end: r.end,
+            })
+            .collect();
+        Some(Step::Run(Plan::PerWorker(tasks)))
     }
 
     /// An evaluation is due: every `eval_every` update rounds, or (with `eval_every = 0`)
@@ -229,6 +313,19 @@ impl Schedule<LassoApp> for LassoScheduling {
                 Step::Done
             };
         }
+        if self
+            .in_flight
+            .iter()
+            .any(|(_, kind)| *kind == InFlight::Deal)
+        {
+            return Step::Wait;
+        }
+        if in_flight == 0
+            && self.in_flight.is_empty()
+            && let Some(step) = self.deal(round)
+        {
+            return step;
+        }
         // With a test set, the held-out curve starts at the untrained model.
         if self.heldout.is_some() && self.s.rounds_scheduled == 0 {
             return self.evaluate(round);
@@ -247,7 +344,7 @@ impl Schedule<LassoApp> for LassoScheduling {
             .iter()
             .flat_map(|(_, kind)| match kind {
                 InFlight::Update(vars) => vars.as_slice(),
-                InFlight::Evaluate => &[],
+                InFlight::Evaluate | InFlight::Deal => &[],
             })
             .copied()
             .collect();
@@ -300,11 +397,11 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
         let commit = match kind {
             InFlight::Update(vars) => {
-                let mut slowest = super::wire::WorkerBusy::default();
+                let mut slowest = WorkerBusy::default();
                 let mut summed = vec![0.0f32; vars.len()];
                 let mut sq = 0.0;
                 let mut applied = Vec::with_capacity(partials.len());
-                for p in &partials {
+                for (index, p) in partials.iter().enumerate() {
                     let LassoPartial::Z {
                         z,
                         sq_residual,
@@ -327,6 +424,9 @@ impl Schedule<LassoApp> for LassoScheduling {
                     sq += sq_residual;
                     applied.push(*a);
                     slowest = slowest.slowest(*busy);
+                    if let Some(dealer) = &mut self.dealer {
+                        dealer.observe(index, *busy);
+                    }
                 }
                 let profile = &mut self.s.metrics.profile;
                 profile.update_rounds += 1;
@@ -379,9 +479,28 @@ impl Schedule<LassoApp> for LassoScheduling {
                 self.s.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
                 LassoCommit::default()
             }
+            InFlight::Deal => {
+                if let Some(dealer) = &mut self.dealer {
+                    dealer
+                        .balancer
+                        .deal_cost(elapsed.as_secs_f64() - dealer.last_pull_s);
+                }
+                if partials
+                    .iter()
+                    .any(|p| !matches!(p, LassoPartial::Dealt { .. }))
+                {
+                    return Err(StradsModelError::protocol(format!(
+                        "round {round}: an update or evaluation answer to a deal"
+                    )));
+                }
+                LassoCommit::default()
+            }
         };
         self.s.metrics.updates = self.s.updates;
         self.s.metrics.profile.finish(elapsed.as_secs_f64());
+        if let Some(dealer) = &mut self.dealer {
+            dealer.last_pull_s = elapsed.as_secs_f64();
+        }
         self.after_commit();
         Ok(commit)
     }

@@ -282,3 +282,73 @@ fn every_solver_digests_one_file_alike_on_every_node() {
         assert_ne!(a, b, "{solver}");
     }
 }
+
+#[test]
+fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
+    for fit_intercept in [false, true] {
+        let fixed = LassoSettings {
+            straggler: Some(0),
+            straggler_factor: 4.0,
+            fit_intercept,
+            ..small_scheduled_job(50)
+        };
+        let dynamic = LassoSettings {
+            balance: Balance::Dynamic,
+            ..fixed.clone()
+        };
+        let (b_static, m_static) = drive(&fixed, 2);
+        let (b_dynamic, m_dynamic) = drive(&dynamic, 2);
+        assert_eq!(m_static.balance, None);
+        let dealing = m_dynamic.balance.clone().unwrap();
+        assert!(dealing.deals >= 1, "{dealing:?}");
+        assert_eq!(dealing.rows.iter().sum::<u64>(), 120);
+        assert!(dealing.rows[0] < dealing.rows[1], "{dealing:?}");
+        // The rows' partial sums group differently after a re-deal, so the trajectories
+        // part in the last bits; both stop at the same optimum.
+        let rel = (m_static.final_objective - m_dynamic.final_objective).abs()
+            / m_static.final_objective.abs();
+        assert!(rel < 1e-6, "objective {rel:e} apart");
+        let max_diff = b_static
+            .iter()
+            .zip(&b_dynamic)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(max_diff < 1e-3, "coefficients {max_diff} apart");
+    }
+}
+
+#[test]
+fn dynamic_dealing_refuses_what_moving_rows_breaks() {
+    let dynamic = LassoSettings {
+        balance: Balance::Dynamic,
+        ..small_scheduled_job(50)
+    };
+    assert_eq!(dynamic.resolved_solver(), LassoSolver::Scheduled);
+    dynamic.validate().unwrap();
+    for (job, key) in [
+        (
+            LassoSettings {
+                schedulers: 2,
+                ..dynamic.clone()
+            },
+            "schedulers",
+        ),
+        (
+            LassoSettings {
+                checkpoint_dir: Some("ck".into()),
+                ..dynamic.clone()
+            },
+            "checkpoint_dir",
+        ),
+        (
+            LassoSettings {
+                straggler_factor: 0.5,
+                ..dynamic.clone()
+            },
+            "straggler_factor",
+        ),
+    ] {
+        let err = job.validate().unwrap_err().to_string();
+        assert!(err.contains(key), "{err}");
+    }
+}

@@ -22,6 +22,13 @@ pub enum LassoTask {
     },
     /// Report `X^T r` and `(y.y, y.r, r.r)` on the worker's rows.
     Evaluate,
+    /// Work on the rows `start..end` from now on (`balance = "dynamic"`).
+    Deal {
+        /// First row.
+        start: u64,
+        /// One past the last row.
+        end: u64,
+    },
 }
 
 /// A worker's answer; `applied` is the number of commits its state reflects.
@@ -51,6 +58,11 @@ pub enum LassoPartial {
         yr: f64,
         /// `r.r`.
         rr: f64,
+        /// Commits applied.
+        applied: u64,
+    },
+    /// Answer to a deal: the worker holds its new rows.
+    Dealt {
         /// Commits applied.
         applied: u64,
     },

@@ -29,6 +29,27 @@ impl std::fmt::Display for LassoSolver {
     }
 }
 
+/// How the scheduled Lasso deals its rows to the workers (`balance`, `--balance`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// Once, in equal row blocks.
+    #[default]
+    Static,
+    /// Re-dealt between rounds so that the workers' rounds finish together, by each
+    /// worker's measured time per row ([`crate::core::balance::LoadBalancer`]).
+    Dynamic,
+}
+
+impl std::fmt::Display for Balance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Balance::Static => "static",
+            Balance::Dynamic => "dynamic",
+        })
+    }
+}
+
 /// The loss of `petrel train logistic` (`loss`, `--loss`): every one runs on the
 /// Gauss-Seidel solver ([`crate::core::loss::MarginLoss`]); the scheduled solver is
 /// logistic only. The Lasso job has the squared loss and refuses the setting.

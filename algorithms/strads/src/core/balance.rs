@@ -1,0 +1,302 @@
+//! Dynamic load balancing by measured worker speed (SchMP's): each worker's seconds per
+//! unit of work (a row, for the scheduled Lasso), exponentially smoothed, and shares of
+//! contiguous units re-dealt at round boundaries so that the workers' predicted finish
+//! times are equal. A re-deal costs a round and a rebuild on the workers, and measured
+//! times are noisy on a shared machine, so it is taken only after every worker answered
+//! [`BALANCE_SETTLE_ROUNDS`] rounds on its current share, only when it shortens the
+//! predicted round by more than [`BALANCE_MIN_GAIN`], and only once the time it would
+//! have saved since the last re-deal pays for the last re-deal's measured cost (a costly
+//! re-deal for a small gain waits); no share falls below
+//! [`BALANCE_MIN_SHARE`] of an even one, so every worker stays measured.
+
+use super::StradsModelError;
+use super::tuning::{
+    BALANCE_MIN_GAIN, BALANCE_MIN_SHARE, BALANCE_SETTLE_ROUNDS, BALANCE_SMOOTHING,
+};
+use std::ops::Range;
+
+/// Shares of `total` contiguous units over the workers, and each worker's smoothed time
+/// per unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadBalancer {
+    shares: Vec<u64>,
+    per_unit: Vec<Option<f64>>,
+    /// Measurements of each worker on its current share.
+    settled: Vec<u32>,
+    /// Seconds the last re-deal took (0 before any).
+    deal_cost_s: f64,
+    min_share: u64,
+}
+
+impl LoadBalancer {
+    /// Starts from `shares` (the static dealing, worker order), none measured yet.
+    pub fn new(shares: Vec<u64>) -> Result<Self, StradsModelError> {
+        let total: u64 = shares.iter().sum();
+        let workers = shares.len() as u64;
+        if workers == 0 || total < workers || shares.contains(&0) {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "dynamic balancing needs at least one unit per worker: shares {shares:?}"
+            )));
+        }
+        let even = total as f64 / workers as f64;
+        let min_share = ((even * BALANCE_MIN_SHARE).ceil() as u64).max(1);
+        Ok(LoadBalancer {
+            per_unit: vec![None; shares.len()],
+            settled: vec![0; shares.len()],
+            deal_cost_s: 0.0,
+            shares,
+            min_share,
+        })
+    }
+
+    /// Units per worker.
+    pub fn shares(&self) -> &[u64] {
+        &self.shares
+    }
+
+    /// The shares as contiguous ranges of units, in worker order.
+    pub fn ranges(&self) -> Vec<Range<u64>> {
+        let mut start = 0;
+        self.shares
+            .iter()
+            .map(|&s| {
+                let range = start..start + s;
+                start += s;
+                range
+            })
+            .collect()
+    }
+
+    /// Each worker's smoothed time per unit (0 where not measured yet).
+    pub fn seconds_per_unit(&self) -> Vec<f64> {
+        self.per_unit.iter().map(|t| t.unwrap_or(0.0)).collect()
+    }
+
+    /// The last re-deal took `seconds` (its round, rebuilds included).
+    pub fn deal_cost(&mut self, seconds: f64) {
+        if seconds.is_finite() && seconds >= 0.0 {
+            self.deal_cost_s = seconds;
+        }
+    }
+
+    /// Worker `worker` spent `busy_s` seconds on its current share (since the last call);
+    /// a non-positive or non-finite time measures nothing.
+    pub fn observe(&mut self, worker: usize, busy_s: f64) {
+        let (Some(&share), Some(slot), Some(settled)) = (
+            self.shares.get(worker),
+            self.per_unit.get_mut(worker),
+            self.settled.get_mut(worker),
+        ) else {
+            return;
+        };
+        if !(busy_s.is_finite() && busy_s > 0.0) {
+            return;
+        }
+        *settled += 1;
+        let sample = busy_s / share as f64;
+        *slot = Some(match *slot {
+            Some(old) => BALANCE_SMOOTHING * sample + (1.0 - BALANCE_SMOOTHING) * old,
+            None => sample,
+        });
+    }
+
+    /// The predicted time of a round under `shares` (the slowest worker's), once every
+    /// worker is measured.
+    fn predicted(&self, shares: &[u64]) -> Option<f64> {
+        shares
+            .iter()
+            .zip(&self.per_unit)
+            .map(|(&s, t)| t.map(|t| s as f64 * t))
+            .try_fold(0.0f64, |max, t| t.map(|t| max.max(t)))
+    }
+
+    /// Shares proportional to the measured speeds, each at least the minimum, summing to
+    /// the total (largest remainders get the leftover units, ties to the lower worker).
+    fn proportional(&self) -> Option<Vec<u64>> {
+        let speeds: Vec<f64> = self
+            .per_unit
+            .iter()
+            .map(|t| t.filter(|t| *t > 0.0).map(|t| 1.0 / t))
+            .collect::<Option<_>>()?;
+        let total: u64 = self.shares.iter().sum();
+        let workers = self.shares.len() as u64;
+        let free = total.saturating_sub(self.min_share * workers);
+        let sum: f64 = speeds.iter().sum();
+        let ideal: Vec<f64> = speeds.iter().map(|s| total as f64 * s / sum).collect();
+        // Above the floor, deal what is left in proportion to how far each ideal share
+        // is above it.
+        let above: Vec<f64> = ideal
+            .iter()
+            .map(|i| (i - self.min_share as f64).max(0.0))
+            .collect();
+        let above_sum: f64 = above.iter().sum();
+        let exact: Vec<f64> = above
+            .iter()
+            .map(|a| {
+                if above_sum > 0.0 {
+                    free as f64 * a / above_sum
+                } else {
+                    free as f64 / workers as f64
+                }
+            })
+            .collect();
+        let mut shares: Vec<u64> = exact.iter().map(|e| e.floor() as u64).collect();
+        let mut left = free - shares.iter().sum::<u64>().min(free);
+        let mut order: Vec<usize> = (0..shares.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+            rb.total_cmp(&ra).then(a.cmp(&b))
+        });
+        for &w in order.iter().cycle().take(order.len() * 2) {
+            if left == 0 {
+                break;
+            }
+            shares[w] += 1;
+            left -= 1;
+        }
+        shares.iter_mut().for_each(|s| *s += self.min_share);
+        Some(shares)
+    }
+
+    /// A new dealing, adopted, when every worker answered [`BALANCE_SETTLE_ROUNDS`] rounds
+    /// on its share, it shortens the predicted round by more than [`BALANCE_MIN_GAIN`] and
+    /// that saving over the rounds since the last re-deal exceeds its cost; else `None`
+    /// and the shares stay.
+    pub fn rebalance(&mut self) -> Option<Vec<u64>> {
+        let rounds = self.settled.iter().copied().min().unwrap_or(0);
+        if rounds < BALANCE_SETTLE_ROUNDS {
+            return None;
+        }
+        let proposal = self.proportional()?;
+        let now = self.predicted(&self.shares)?;
+        let then = self.predicted(&proposal)?;
+        if proposal == self.shares
+            || then >= now * (1.0 - BALANCE_MIN_GAIN)
+            || (now - then) * f64::from(rounds) < self.deal_cost_s
+        {
+            return None;
+        }
+        self.shares = proposal;
+        self.settled.iter_mut().for_each(|n| *n = 0);
+        Some(self.shares.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rounds where worker `w` takes `seconds_per_unit[w]` per unit, re-dealing after
+    /// each; returns the shares at the end and the number of re-deals.
+    fn run(balancer: &mut LoadBalancer, seconds_per_unit: &[f64], rounds: usize) -> usize {
+        let mut deals = 0;
+        for _ in 0..rounds {
+            let shares = balancer.shares().to_vec();
+            for (w, (&s, &t)) in shares.iter().zip(seconds_per_unit).enumerate() {
+                balancer.observe(w, s as f64 * t);
+            }
+            deals += usize::from(balancer.rebalance().is_some());
+        }
+        deals
+    }
+
+    #[test]
+    fn a_worker_twice_as_slow_converges_to_a_third_of_the_work() {
+        let mut b = LoadBalancer::new(vec![3000, 3000]).unwrap();
+        let deals = run(&mut b, &[2e-6, 1e-6], 40);
+        let shares = b.shares();
+        assert_eq!(shares.iter().sum::<u64>(), 6000);
+        let slow = shares[0] as f64 / 6000.0;
+        assert!((slow - 1.0 / 3.0).abs() < 0.01, "{shares:?}");
+        assert!(deals <= 2, "{deals} re-deals: it thrashes");
+        assert_eq!(b.ranges(), vec![0..shares[0], shares[0]..6000]);
+    }
+
+    #[test]
+    fn equal_workers_keep_an_even_split() {
+        let mut b = LoadBalancer::new(vec![250, 250, 250, 250]).unwrap();
+        // A few % of noise either way is under the hysteresis.
+        let deals = run(&mut b, &[1.0e-6, 1.02e-6, 0.99e-6, 1.01e-6], 30);
+        assert_eq!(deals, 0);
+        assert_eq!(b.shares(), &[250, 250, 250, 250]);
+    }
+
+    #[test]
+    fn no_share_goes_to_zero_however_slow_a_worker_is() {
+        let mut b = LoadBalancer::new(vec![50, 50, 50]).unwrap();
+        run(&mut b, &[1.0, 1e-9, 1e-9], 40);
+        let shares = b.shares();
+        assert_eq!(shares.iter().sum::<u64>(), 150);
+        assert!(shares.iter().all(|&s| s >= 3), "{shares:?}");
+        assert!(shares[0] < 10, "{shares:?}");
+    }
+
+    #[test]
+    fn noisy_times_do_not_thrash() {
+        let mut b = LoadBalancer::new(vec![5000, 5000]).unwrap();
+        let mut seed = 7u64;
+        let mut deals = 0;
+        for _ in 0..400 {
+            let shares = b.shares().to_vec();
+            for (w, (&s, t)) in shares.iter().zip([2e-6, 1e-6]).enumerate() {
+                // +-30 % of noise per measurement, as on a loaded machine.
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let noise = 0.7 + 0.6 * (seed >> 11) as f64 / (1u64 << 53) as f64;
+                b.observe(w, s as f64 * t * noise);
+            }
+            if b.rebalance().is_some() {
+                deals += 1;
+                // A re-deal costs some ten rounds.
+                b.deal_cost(10.0 * 10_000.0 * 1e-6);
+            }
+        }
+        let slow = b.shares()[0] as f64 / 10_000.0;
+        assert!((slow - 1.0 / 3.0).abs() < 0.06, "{:?}", b.shares());
+        assert!(deals <= 6, "{deals} re-deals in 400 rounds");
+    }
+
+    #[test]
+    fn a_costly_re_deal_waits_until_its_saving_pays_for_it() {
+        let mut b = LoadBalancer::new(vec![500, 500]).unwrap();
+        // A 20 % slower worker: the even round takes 600 us, the best one some 545 us.
+        b.deal_cost(2e-3);
+        let mut waited = 0;
+        while b.rebalance().is_none() && waited < 1000 {
+            for (w, t) in [1.2e-6, 1e-6].into_iter().enumerate() {
+                b.observe(w, 500.0 * t);
+            }
+            waited += 1;
+        }
+        // About 2 ms / 55 us a round = 37 rounds, not the 8 of the settling period.
+        assert!(
+            (30..=50).contains(&waited),
+            "re-dealt after {waited} rounds"
+        );
+        assert!(b.shares()[0] < 500, "{:?}", b.shares());
+    }
+
+    #[test]
+    fn unmeasured_workers_and_bad_times_change_nothing() {
+        let mut b = LoadBalancer::new(vec![10, 10]).unwrap();
+        b.observe(0, 5.0);
+        b.observe(1, f64::NAN);
+        b.observe(1, 0.0);
+        b.observe(7, 1.0);
+        assert_eq!(b.rebalance(), None);
+        assert_eq!(b.shares(), &[10, 10]);
+        assert!(LoadBalancer::new(vec![]).is_err());
+        assert!(LoadBalancer::new(vec![3, 0]).is_err());
+    }
+
+    #[test]
+    fn a_worker_that_speeds_up_gets_its_work_back() {
+        let mut b = LoadBalancer::new(vec![600, 600]).unwrap();
+        run(&mut b, &[2e-6, 1e-6], 2 * BALANCE_SETTLE_ROUNDS as usize);
+        assert!(b.shares()[0] < 450, "{:?}", b.shares());
+        run(&mut b, &[1e-6, 1e-6], 100);
+        let slow = b.shares()[0] as f64 / 1200.0;
+        assert!((slow - 0.5).abs() < 0.05, "{:?}", b.shares());
+    }
+}

@@ -1,0 +1,178 @@
+//! `petrel bench balance`: STRADS with one worker slowed `--straggler-factor` times (its
+//! compute takes that much longer, as the parameter-server benches' persistent straggler),
+//! static against dynamic dealing side by side in one run: the same number of rounds
+//! (`gap_tolerance = 0`), the wall time of each and how far apart their final objectives
+//! are. Dynamic dealing re-deals the scheduled Lasso's rows by the workers' measured time
+//! per row; the apps that deal statically only are listed as such in the figures.
+
+use petrel::CliError;
+use petrel::train::run_lasso_job;
+use petrel_actors::JobTransport;
+use petrel_strads::apps::lasso::{
+    Balance, LassoMetrics, LassoSettings, LassoSolver, SyntheticLasso,
+};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BalanceBenchArgs {
+    /// A small design and few rounds (tests).
+    #[arg(long)]
+    pub quick: bool,
+    /// Rows of the sparse synthetic design (`--quick`: 4000).
+    #[arg(long, default_value_t = 200_000)]
+    pub n_samples: usize,
+    /// Features (`--quick`: 200).
+    #[arg(long, default_value_t = 2000)]
+    pub n_features: usize,
+    /// Non-zeros per column (`--quick`: 100).
+    #[arg(long, default_value_t = 5000)]
+    pub nnz_per_column: usize,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Coordinates per round (`--quick`: 32).
+    #[arg(long, default_value_t = 512)]
+    pub block_size: usize,
+    /// Rounds of each run, evaluations included (`--quick`: 60).
+    #[arg(long, default_value_t = 1000)]
+    pub rounds: u64,
+    /// How many times as long worker 0's compute takes.
+    #[arg(long, default_value_t = 2.0)]
+    pub straggler_factor: f64,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+    #[arg(long, default_value = "target/bench-balance")]
+    pub out: PathBuf,
+}
+
+/// One app, static against dynamic dealing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppFigures {
+    pub app: String,
+    pub static_s: f64,
+    pub dynamic_s: f64,
+    /// Static time over dynamic time.
+    pub dynamic_over_static: f64,
+    /// `|f_dynamic - f_static| / |f_static|` of the final objectives.
+    pub objective_rel_diff: f64,
+    pub static_objective: f64,
+    pub dynamic_objective: f64,
+    pub static_updates: u64,
+    pub dynamic_updates: u64,
+    /// Re-deals of the dynamic run.
+    pub deals: u64,
+    /// The dynamic run's rows per worker at the end (worker 0 is the slow one).
+    pub dynamic_rows: Vec<u64>,
+}
+
+/// The JSON line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BalanceFigures {
+    pub bench: String,
+    pub quick: bool,
+    pub n_samples: usize,
+    pub n_features: usize,
+    pub nnz_per_column: usize,
+    pub workers: usize,
+    pub block_size: usize,
+    pub rounds: u64,
+    pub straggler: u32,
+    pub straggler_factor: f64,
+    pub apps: Vec<AppFigures>,
+    /// STRADS apps that deal their work statically only.
+    pub static_only: Vec<String>,
+}
+
+impl BalanceBenchArgs {
+    /// The arguments with `--quick`'s small sizes.
+    fn sized(&self) -> BalanceBenchArgs {
+        if !self.quick {
+            return self.clone();
+        }
+        BalanceBenchArgs {
+            n_samples: 4000,
+            n_features: 200,
+            nnz_per_column: 100,
+            block_size: 32,
+            rounds: 60,
+            ..self.clone()
+        }
+    }
+
+    /// The scheduled Lasso on the sparse design, worker 0 slowed, run to `rounds`.
+    fn lasso(&self, balance: Balance) -> LassoSettings {
+        LassoSettings {
+            synthetic: SyntheticLasso {
+                n_samples: self.n_samples,
+                n_features: self.n_features,
+                nnz_per_column: self.nnz_per_column,
+                correlation: 0.0,
+                ..SyntheticLasso::default()
+            },
+            solver: LassoSolver::Scheduled,
+            block_size: self.block_size,
+            candidate_pool: self.block_size,
+            // Nearly orthogonal sparse columns: no dependency check, so the rounds are the
+            // workers' compute and not the scheduler's.
+            rho: None,
+            max_rounds: self.rounds,
+            gap_tolerance: Some(0.0),
+            balance,
+            straggler: Some(0),
+            straggler_factor: self.straggler_factor,
+            out_dir: Some(self.out.join(balance.to_string())),
+            ..LassoSettings::default()
+        }
+    }
+}
+
+/// Runs the comparison and returns its figures (the table is printed on the way).
+pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
+    let args = args.sized();
+    let out = petrel::train::plot::absolute(&args.out)?;
+    let args = BalanceBenchArgs { out, ..args };
+    let run = |balance| -> Result<LassoMetrics, CliError> {
+        let m = run_lasso_job(&args.lasso(balance), args.workers, args.transport, false)?;
+        tracing::info!(%balance, seconds = m.elapsed_s, "balance bench run");
+        Ok(m)
+    };
+    let fixed = run(Balance::Static)?;
+    let dynamic = run(Balance::Dynamic)?;
+    let dealing = dynamic.balance.clone().unwrap_or_default();
+    let lasso = AppFigures {
+        app: "lasso".into(),
+        static_s: fixed.elapsed_s,
+        dynamic_s: dynamic.elapsed_s,
+        dynamic_over_static: fixed.elapsed_s / dynamic.elapsed_s,
+        objective_rel_diff: (dynamic.final_objective - fixed.final_objective).abs()
+            / fixed.final_objective.abs(),
+        static_objective: fixed.final_objective,
+        dynamic_objective: dynamic.final_objective,
+        static_updates: fixed.updates,
+        dynamic_updates: dynamic.updates,
+        deals: dealing.deals,
+        dynamic_rows: dealing.rows,
+    };
+    let keys = "app static_s dynamic_s dynamic_over_static objective_rel_diff static_updates \
+                dynamic_updates deals dynamic_rows";
+    crate::common::json_table([&lasso], keys).print();
+    Ok(BalanceFigures {
+        bench: "balance".into(),
+        quick: args.quick,
+        n_samples: args.n_samples,
+        n_features: args.n_features,
+        nnz_per_column: args.nnz_per_column,
+        workers: args.workers,
+        block_size: args.block_size,
+        rounds: args.rounds,
+        straggler: 0,
+        straggler_factor: args.straggler_factor,
+        apps: vec![lasso],
+        static_only: ["logistic", "strads-mf", "lda"].map(String::from).to_vec(),
+    })
+}
+
+pub fn run(args: BalanceBenchArgs) -> Result<(), CliError> {
+    crate::scale::print_figures(&measure(&args)?)
+}
