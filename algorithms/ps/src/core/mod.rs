@@ -17,8 +17,8 @@
 //! * FIFO delivery per (client, shard) pair in each direction is assumed.
 
 pub mod checkpoint;
-pub mod delay;
 pub mod client;
+pub mod delay;
 pub mod error;
 pub mod lda;
 pub mod managed;
