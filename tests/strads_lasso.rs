@@ -271,7 +271,7 @@ fn train_balanced(
     app: &str,
     balance: &str,
     factor: &str,
-    args: &[&str],
+    args: &str,
 ) -> serde_json::Value {
     let out = dir.join(balance);
     let status = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
@@ -284,7 +284,7 @@ fn train_balanced(
             "--straggler-factor",
             factor,
         ])
-        .args(args)
+        .args(args.split_whitespace())
         .env("RUST_LOG", "warn")
         .status()
         .unwrap();
@@ -329,24 +329,10 @@ fn assert_rows_moved_and_model_kept(
 #[test]
 fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "--synthetic-samples",
-        "150",
-        "--synthetic-features",
-        "300",
-        "--block-size",
-        "8",
-        "--candidate-pool",
-        "32",
-        "--eval-every",
-        "50",
-        "--gap-tolerance",
-        "1e-6",
-        "--max-rounds",
-        "4000",
-    ];
-    let fixed = train_balanced(dir.path(), "lasso", "static", "3", &args);
-    let dynamic = train_balanced(dir.path(), "lasso", "dynamic", "3", &args);
+    let args = "--synthetic-samples 150 --synthetic-features 300 --block-size 8 \
+                --candidate-pool 32 --eval-every 50 --gap-tolerance 1e-6 --max-rounds 4000";
+    let fixed = train_balanced(dir.path(), "lasso", "static", "3", args);
+    let dynamic = train_balanced(dir.path(), "lasso", "dynamic", "3", args);
     for m in [&fixed, &dynamic] {
         let gap = m["final_duality_gap"].as_f64().unwrap();
         let objective = m["final_objective"].as_f64().unwrap();
@@ -362,22 +348,10 @@ fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
 #[test]
 fn logistic_dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "--solver",
-        "scheduled",
-        "--synthetic-samples",
-        "400",
-        "--synthetic-features",
-        "200",
-        "--block-size",
-        "8",
-        "--candidate-pool",
-        "32",
-        "--max-rounds",
-        "1500",
-    ];
-    let fixed = train_balanced(dir.path(), "logistic", "static", "2", &args);
-    let dynamic = train_balanced(dir.path(), "logistic", "dynamic", "2", &args);
+    let args = "--solver scheduled --synthetic-samples 400 --synthetic-features 200 \
+                --block-size 8 --candidate-pool 32 --max-rounds 1500";
+    let fixed = train_balanced(dir.path(), "logistic", "static", "2", args);
+    let dynamic = train_balanced(dir.path(), "logistic", "dynamic", "2", args);
     assert_eq!(fixed["updates"], dynamic["updates"], "{fixed}\n{dynamic}");
     assert_rows_moved_and_model_kept(&fixed, &dynamic, 400);
 }

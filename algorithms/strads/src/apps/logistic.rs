@@ -29,7 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::Balance;
 use super::lasso::checkpoint::data_fingerprint;
-use super::lasso::dealing::{DealGate, Fitted, RowDealer, WholeDesign, deal_step, gate, slow_down};
+use super::lasso::dealing::{
+    DealGate, Fitted, RowDealer, WholeDesign, WorkerDealing, deal_step, gate,
+};
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
 use super::lasso::metrics::RowDealing;
 use super::lasso::metrics::common_applied;
@@ -117,10 +119,8 @@ pub struct LogisticWorker {
     data_digest: Option<u64>,
     /// Seconds of push and commit compute so far.
     busy_s: f64,
-    /// With `balance = "dynamic"`: the whole design, to take any rows on a deal.
-    whole: Option<WholeDesign>,
-    /// Emulated slowness: its compute takes this many times as long (1 = none).
-    slowdown: f64,
+    /// Its side of the dealing: the whole design with `balance = "dynamic"`, slowness.
+    dealing: WorkerDealing,
 }
 
 impl LogisticWorker {
@@ -134,30 +134,13 @@ impl LogisticWorker {
             applied: 0,
             data_digest: None,
             busy_s: 0.0,
-            whole: None,
-            slowdown: 1.0,
+            dealing: WorkerDealing::default(),
         })
-    }
-
-    /// A worker that can take any rows on a deal (`balance = "dynamic"`).
-    pub fn dealing(mut self, whole: WholeDesign) -> Self {
-        self.whole = Some(whole);
-        self
-    }
-
-    /// A worker whose compute takes `factor` times as long (the straggler of a bench).
-    pub fn slowed(mut self, factor: f64) -> Self {
-        self.slowdown = factor.max(1.0);
-        self
     }
 
     /// Takes rows `rows` of the whole design, at the committed coefficients.
     fn deal(&mut self, rows: Range<usize>) -> Result<(), StradsModelError> {
-        let whole = self
-            .whole
-            .as_ref()
-            .ok_or_else(|| StradsModelError::protocol("a deal to a worker of static dealing"))?;
-        let block = whole.rows(rows.clone(), Fitted::Margin)?;
+        let block = self.dealing.whole()?.rows(rows.clone(), Fitted::Margin)?;
         self.rows = block.y.len() as u64;
         let mut state = LogisticWorkerState::new(block.x, &block.y)?;
         state.restore_margins(block.values)?;
@@ -178,7 +161,7 @@ impl Push<LogisticApp> for LogisticWorker {
                 let started = Instant::now();
                 let vars = check_vars(vars, values.len(), self.n_features)?;
                 let pushed = self.state.push(&vars);
-                slow_down(self.slowdown, started);
+                self.dealing.slow_down(started);
                 self.busy_s += started.elapsed().as_secs_f64();
                 pushed
             }
@@ -203,10 +186,8 @@ impl Push<LogisticApp> for LogisticWorker {
         let vars = check_vars(&c.vars, c.deltas.len(), self.n_features)?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(c.deltas.iter().copied()).collect();
         self.state.apply_deltas(&changes);
-        if let Some(whole) = &mut self.whole {
-            whole.apply(&changes);
-        }
-        slow_down(self.slowdown, started);
+        self.dealing.apply(&changes);
+        self.dealing.slow_down(started);
         self.applied += 1;
         self.busy_s += started.elapsed().as_secs_f64();
         Ok(())
@@ -730,12 +711,8 @@ impl StradsJob for LogisticApp {
         let rows = shape.share(x.n_rows, index)?;
         let mut worker = LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?;
         worker.data_digest = Some(digest);
-        if job.balance == Balance::Dynamic {
-            worker = worker.dealing(WholeDesign::new(x, labels, None));
-        }
-        if job.straggler == Some(index as u32) {
-            worker = worker.slowed(job.straggler_factor);
-        }
+        let whole = (job.balance == Balance::Dynamic).then(|| WholeDesign::new(x, labels, None));
+        worker.dealing = WorkerDealing::of(job, index, whole);
         Ok(StarHalf(worker))
     }
 

@@ -3,7 +3,7 @@
 //! compute, the deal round and its cost), the worker's [`WholeDesign`] (any row block
 //! rebuilt from the committed coefficients) and the emulated straggler.
 
-use super::config::Balance;
+use super::config::{Balance, LassoSettings};
 use super::metrics::RowDealing;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Step};
@@ -99,11 +99,58 @@ impl WholeDesign {
     }
 }
 
-/// Sleeps `factor - 1` times the compute since `started`: an emulated slower machine (the
-/// straggler of benches and tests; a factor of 1 sleeps nothing).
-pub(crate) fn slow_down(factor: f64, started: Instant) {
-    if factor > 1.0 {
-        std::thread::sleep(started.elapsed().mul_f64(factor - 1.0));
+/// A worker's side of the dealing: with `balance = "dynamic"` the whole design, to take
+/// any rows on a deal, and its emulated slowness (the straggler of benches and tests).
+pub struct WorkerDealing {
+    whole: Option<WholeDesign>,
+    /// Its compute takes this many times as long (1 = none).
+    slowdown: f64,
+}
+
+impl Default for WorkerDealing {
+    fn default() -> Self {
+        WorkerDealing {
+            whole: None,
+            slowdown: 1.0,
+        }
+    }
+}
+
+impl WorkerDealing {
+    /// Worker `index` of `job`: it holds `whole` (given with `balance = "dynamic"`), and
+    /// is slowed `straggler_factor` times when it is the `straggler`.
+    pub fn of(job: &LassoSettings, index: usize, whole: Option<WholeDesign>) -> Self {
+        let straggler = job.straggler == Some(index as u32);
+        WorkerDealing {
+            whole,
+            slowdown: if straggler {
+                job.straggler_factor.max(1.0)
+            } else {
+                1.0
+            },
+        }
+    }
+
+    /// Sleeps `slowdown - 1` times the compute since `started`: an emulated slower
+    /// machine (a factor of 1 sleeps nothing).
+    pub(crate) fn slow_down(&self, started: Instant) {
+        if self.slowdown > 1.0 {
+            std::thread::sleep(started.elapsed().mul_f64(self.slowdown - 1.0));
+        }
+    }
+
+    /// Follows a commit's coefficient changes (with the whole design).
+    pub(crate) fn apply(&mut self, changes: &[(usize, f32)]) {
+        if let Some(whole) = &mut self.whole {
+            whole.apply(changes);
+        }
+    }
+
+    /// The whole design, or a protocol error: a deal needs it.
+    pub(crate) fn whole(&self) -> Result<&WholeDesign, StradsModelError> {
+        self.whole
+            .as_ref()
+            .ok_or_else(|| StradsModelError::protocol("a deal to a worker of static dealing"))
     }
 }
 

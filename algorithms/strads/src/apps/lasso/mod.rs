@@ -112,12 +112,7 @@ impl StradsJob for LassoApp {
         };
         let mut worker = LassoWorker::with_schedulers(state, job.schedulers);
         worker.data_digest = digest;
-        if let Some(whole) = whole {
-            worker = worker.dealing(whole);
-        }
-        if job.straggler == Some(index as u32) {
-            worker = worker.slowed(job.straggler_factor);
-        }
+        worker = worker.dealing(dealing::WorkerDealing::of(job, index, whole));
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
         Ok(StarHalf(worker))
     }

@@ -1,6 +1,6 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
-use super::dealing::{Fitted, WholeDesign, slow_down};
+use super::dealing::{Fitted, WorkerDealing};
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy, check_vars};
 use crate::core::StradsModelError;
 use crate::core::app::{Push, decode_state, encode_state};
@@ -20,10 +20,8 @@ pub struct LassoWorker {
     /// The digest of the whole data set it read, when it read one (compared with every
     /// node's before the first round).
     pub data_digest: Option<u64>,
-    /// With `balance = "dynamic"`: the whole design, to take any rows on a deal.
-    whole: Option<WholeDesign>,
-    /// Emulated slowness: its compute takes this many times as long (1 = none).
-    slowdown: f64,
+    /// Its side of the dealing: the whole design with `balance = "dynamic"`, slowness.
+    dealing: WorkerDealing,
 }
 
 /// What a round checkpoint holds of a worker: its residual, scheduler 0's commit count,
@@ -46,20 +44,13 @@ impl LassoWorker {
             applied: vec![0; schedulers.max(1)],
             busy: WorkerBusy::default(),
             data_digest: None,
-            whole: None,
-            slowdown: 1.0,
+            dealing: WorkerDealing::default(),
         }
     }
 
-    /// A worker that can take any rows on a deal (`balance = "dynamic"`).
-    pub fn dealing(mut self, whole: WholeDesign) -> Self {
-        self.whole = Some(whole);
-        self
-    }
-
-    /// A worker whose compute takes `factor` times as long (the straggler of a bench).
-    pub fn slowed(mut self, factor: f64) -> Self {
-        self.slowdown = factor.max(1.0);
+    /// The worker with its side of the dealing (the whole design, the straggler).
+    pub fn dealing(mut self, dealing: WorkerDealing) -> Self {
+        self.dealing = dealing;
         self
     }
 
@@ -103,7 +94,7 @@ impl Push<LassoApp> for LassoWorker {
                 let started = Instant::now();
                 let vars = check_vars(vars, values.len(), self.state.n_features())?;
                 let z = self.state.push(&vars, values);
-                slow_down(self.slowdown, started);
+                self.dealing.slow_down(started);
                 self.busy.push_s += started.elapsed().as_secs_f64();
                 if self.busy.peak_rss_mb == 0.0 {
                     self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
@@ -133,9 +124,7 @@ impl Push<LassoApp> for LassoWorker {
                 })
             }
             LassoTask::Deal { start, end } => {
-                let whole = self.whole.as_ref().ok_or_else(|| {
-                    StradsModelError::protocol("a deal to a worker of static dealing")
-                })?;
+                let whole = self.dealing.whole()?;
                 let block = whole.rows(*start as usize..*end as usize, Fitted::Residual)?;
                 let mut state = match whole.means() {
                     Some(means) => LassoWorkerState::centred(block.x, block.y, means.to_vec())?,
@@ -160,10 +149,8 @@ impl Push<LassoApp> for LassoWorker {
         let vars = check_vars(&commit.vars, commit.deltas.len(), self.state.n_features())?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(commit.deltas.clone()).collect();
         self.state.apply_deltas(&changes);
-        if let Some(whole) = &mut self.whole {
-            whole.apply(&changes);
-        }
-        slow_down(self.slowdown, started);
+        self.dealing.apply(&changes);
+        self.dealing.slow_down(started);
         self.applied[scheduler as usize] += 1;
         self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())

@@ -2,9 +2,9 @@ use super::*;
 use crate::apps::lasso::SyntheticLasso;
 use crate::kit::serial::Delivery;
 
-#[test]
-fn sparse_logistic_fits_separable_data() {
-    let job = LassoSettings {
+/// The scheduled solver on a small separable problem, `max_rounds` rounds at `depth`.
+fn separable_job(max_rounds: u64, depth: usize) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 200,
             n_features: 30,
@@ -14,10 +14,15 @@ fn sparse_logistic_fits_separable_data() {
         lambda: Some(0.01),
         block_size: 4,
         candidate_pool: 16,
-        max_rounds: 600,
-        depth: 2,
+        max_rounds,
+        depth,
         ..LassoSettings::default()
-    };
+    }
+}
+
+#[test]
+fn sparse_logistic_fits_separable_data() {
+    let job = separable_job(600, 2);
     let (sched, _) = crate::kit::run_serial::<LogisticApp>(&job, 2, Delivery::Late).unwrap();
     let m = sched.metrics();
     let first = m.trace.first().unwrap().objective;
@@ -151,20 +156,9 @@ fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
     // At depth 2 the pipeline drains for a deal.
     for depth in [1, 2] {
         let fixed = LassoSettings {
-            depth,
-            synthetic: SyntheticLasso {
-                n_samples: 200,
-                n_features: 30,
-                seed: 5,
-                ..SyntheticLasso::default()
-            },
-            lambda: Some(0.01),
-            block_size: 4,
-            candidate_pool: 16,
-            max_rounds: 1_000,
             straggler: Some(0),
             straggler_factor: 4.0,
-            ..LassoSettings::default()
+            ..separable_job(1_000, depth)
         };
         let dynamic = LassoSettings {
             balance: crate::apps::lasso::Balance::Dynamic,
