@@ -2,15 +2,17 @@
 //! compute takes that much longer, as the parameter-server benches' persistent straggler),
 //! static against dynamic dealing side by side in one run: the same number of rounds
 //! (`gap_tolerance = 0`), the wall time of each and how far apart their final objectives
-//! are. Dynamic dealing re-deals the scheduled Lasso's rows by the workers' measured time
-//! per row; the apps that deal statically only are listed as such in the figures.
+//! are. Dynamic dealing re-deals the scheduled Lasso's and logistic regression's rows by
+//! the workers' measured time per row (both on the same sparse design, logistic labelled
+//! by the response's sign); the apps that deal statically only are listed as such in the
+//! figures.
 
 use petrel::CliError;
-use petrel::train::run_lasso_job;
+use petrel::train::{run_job, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{
-    Balance, LassoMetrics, LassoSettings, LassoSolver, SyntheticLasso,
-};
+use petrel_strads::apps::lasso::metrics::RowDealing;
+use petrel_strads::apps::lasso::{Balance, LassoSettings, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::logistic::LogisticApp;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -100,8 +102,14 @@ impl BalanceBenchArgs {
         }
     }
 
-    /// The scheduled Lasso on the sparse design, worker 0 slowed, run to `rounds`.
-    fn lasso(&self, balance: Balance) -> LassoSettings {
+    /// The scheduled `app` (`lasso`, `logistic`) on the sparse design, worker 0 slowed,
+    /// run to `rounds`.
+    fn job(&self, app: &str, balance: Balance) -> LassoSettings {
+        // The Lasso's outputs keep their directories of before logistic joined.
+        let out = match app {
+            "lasso" => self.out.clone(),
+            _ => self.out.join(app),
+        };
         LassoSettings {
             synthetic: SyntheticLasso {
                 n_samples: self.n_samples,
@@ -121,27 +129,51 @@ impl BalanceBenchArgs {
             balance,
             straggler: Some(0),
             straggler_factor: self.straggler_factor,
-            out_dir: Some(self.out.join(balance.to_string())),
+            out_dir: Some(out.join(balance.to_string())),
             ..LassoSettings::default()
         }
     }
 }
 
-/// Runs the comparison and returns its figures (the table is printed on the way).
-pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
-    let args = args.sized();
-    let out = petrel::train::plot::absolute(&args.out)?;
-    let args = BalanceBenchArgs { out, ..args };
-    let run = |balance| -> Result<LassoMetrics, CliError> {
-        let m = run_lasso_job(&args.lasso(balance), args.workers, args.transport, false)?;
-        tracing::info!(%balance, seconds = m.elapsed_s, "balance bench run");
-        Ok(m)
+/// What the comparison reads of one run.
+struct Run {
+    elapsed_s: f64,
+    final_objective: f64,
+    updates: u64,
+    balance: Option<RowDealing>,
+}
+
+/// Runs `app` with `balance`.
+fn run_app(args: &BalanceBenchArgs, app: &str, balance: Balance) -> Result<Run, CliError> {
+    let job = args.job(app, balance);
+    let run = if app == "lasso" {
+        let m = run_lasso_job(&job, args.workers, args.transport, false)?;
+        Run {
+            elapsed_s: m.elapsed_s,
+            final_objective: m.final_objective,
+            updates: m.updates,
+            balance: m.balance,
+        }
+    } else {
+        let m = run_job::<LogisticApp>(&job, args.workers, args.transport)?;
+        Run {
+            elapsed_s: m.elapsed_s,
+            final_objective: m.final_objective,
+            updates: m.updates,
+            balance: m.balance,
+        }
     };
-    let fixed = run(Balance::Static)?;
-    let dynamic = run(Balance::Dynamic)?;
-    let dealing = dynamic.balance.clone().unwrap_or_default();
-    let lasso = AppFigures {
-        app: "lasso".into(),
+    tracing::info!(app, %balance, seconds = run.elapsed_s, "balance bench run");
+    Ok(run)
+}
+
+/// `app` static against dynamic dealing.
+fn compare(args: &BalanceBenchArgs, app: &str) -> Result<AppFigures, CliError> {
+    let fixed = run_app(args, app, Balance::Static)?;
+    let dynamic = run_app(args, app, Balance::Dynamic)?;
+    let dealing = dynamic.balance.unwrap_or_default();
+    Ok(AppFigures {
+        app: app.into(),
         static_s: fixed.elapsed_s,
         dynamic_s: dynamic.elapsed_s,
         dynamic_over_static: fixed.elapsed_s / dynamic.elapsed_s,
@@ -153,10 +185,18 @@ pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
         dynamic_updates: dynamic.updates,
         deals: dealing.deals,
         dynamic_rows: dealing.rows,
-    };
+    })
+}
+
+/// Runs the comparison and returns its figures (the table is printed on the way).
+pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
+    let args = args.sized();
+    let out = petrel::train::plot::absolute(&args.out)?;
+    let args = BalanceBenchArgs { out, ..args };
+    let apps = vec![compare(&args, "lasso")?, compare(&args, "logistic")?];
     let keys = "app static_s dynamic_s dynamic_over_static objective_rel_diff static_updates \
                 dynamic_updates deals dynamic_rows";
-    crate::common::json_table([&lasso], keys).print();
+    crate::common::json_table(&apps, keys).print();
     Ok(BalanceFigures {
         bench: "balance".into(),
         quick: args.quick,
@@ -168,8 +208,8 @@ pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
         rounds: args.rounds,
         straggler: 0,
         straggler_factor: args.straggler_factor,
-        apps: vec![lasso],
-        static_only: ["logistic", "strads-mf", "lda"].map(String::from).to_vec(),
+        apps,
+        static_only: ["strads-mf", "lda"].map(String::from).to_vec(),
     })
 }
 

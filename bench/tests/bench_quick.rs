@@ -344,24 +344,31 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
     let json = serde_json::to_value(&f).unwrap();
     assert_eq!(json["bench"], "balance");
     let apps = json["apps"].as_array().unwrap();
-    assert_eq!(apps.len(), 1);
-    for key in [
-        "app",
-        "static_s",
-        "dynamic_s",
-        "dynamic_over_static",
-        "objective_rel_diff",
-    ] {
-        assert!(apps[0].get(key).is_some(), "no {key} in {json}");
+    assert_eq!(apps.len(), 2);
+    for (app, key) in apps.iter().flat_map(|app| {
+        [
+            "app",
+            "static_s",
+            "dynamic_s",
+            "dynamic_over_static",
+            "objective_rel_diff",
+        ]
+        .map(|key| (app, key))
+    }) {
+        assert!(app.get(key).is_some(), "no {key} in {json}");
     }
-    let lasso = &f.apps[0];
-    assert_eq!(lasso.app, "lasso");
-    assert!(lasso.static_s > 0.0 && lasso.dynamic_s > 0.0, "{lasso:?}");
-    let ratio = lasso.static_s / lasso.dynamic_s;
-    assert!((lasso.dynamic_over_static - ratio).abs() <= 1e-12 * ratio);
-    assert!(lasso.objective_rel_diff < 1e-4, "{lasso:?}");
-    // Worker 0 is the slow one: the dealer moved rows off it.
-    assert!(lasso.deals >= 1, "{lasso:?}");
-    assert_eq!(lasso.dynamic_rows.iter().sum::<u64>(), 4000);
-    assert!(lasso.dynamic_rows[0] < lasso.dynamic_rows[1], "{lasso:?}");
+    assert_eq!(f.apps[0].app, "lasso");
+    assert_eq!(f.apps[1].app, "logistic");
+    assert!(!f.static_only.contains(&"logistic".to_string()));
+    for app in &f.apps {
+        assert!(app.static_s > 0.0 && app.dynamic_s > 0.0, "{app:?}");
+        let ratio = app.static_s / app.dynamic_s;
+        assert!((app.dynamic_over_static - ratio).abs() <= 1e-12 * ratio);
+        assert!(app.objective_rel_diff < 1e-4, "{app:?}");
+        assert_eq!(app.static_updates, app.dynamic_updates, "{app:?}");
+        // Worker 0 is the slow one: the dealer moved rows off it.
+        assert!(app.deals >= 1, "{app:?}");
+        assert_eq!(app.dynamic_rows.iter().sum::<u64>(), 4000);
+        assert!(app.dynamic_rows[0] < app.dynamic_rows[1], "{app:?}");
+    }
 }

@@ -367,7 +367,12 @@ impl StradsTrainApp for LassoApp {
 
 impl StradsTrainApp for LogisticApp {
     type Metrics = LogisticMetrics;
-    round_checkpoints!(LassoSettings);
+    fn timeout_s(job: &LassoSettings) -> u64 {
+        job.timeout_s
+    }
+    fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        <LassoApp as StradsTrainApp>::checkpoints(job)
+    }
     fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         <LassoApp as StradsTrainApp>::next_attempt(job, attempt);
     }

@@ -16,8 +16,9 @@
 //! `coefficients.tsv` (LIBSVM 1-based feature numbers) and `metrics.json`.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, decode_state, encode_state, strads_app};
@@ -26,8 +27,13 @@ use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
+use super::lasso::Balance;
 use super::lasso::checkpoint::data_fingerprint;
+use super::lasso::dealing::{
+    DealGate, Fitted, RowDealer, WholeDesign, WorkerDealing, deal_step, gate,
+};
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
+use super::lasso::metrics::RowDealing;
 use super::lasso::metrics::common_applied;
 use super::lasso::wire::{LassoCommit, check_vars};
 use super::lasso::{LassoSettings, linear_model, write_coefficients};
@@ -52,18 +58,29 @@ pub use data::{check_binary_labels, load, load_share, logistic_lambda, logistic_
 /// Marker type of the logistic wire types.
 pub struct LogisticApp;
 
-/// Scheduler -> worker: the coordinates of a round and their values.
+/// Scheduler -> worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LogisticTask {
-    /// Coordinates.
-    #[serde(with = "petrel_messages::tensor::u32_bytes")]
-    pub vars: Vec<u32>,
-    /// Their current values.
-    #[serde(with = "f32_bytes")]
-    pub values: Vec<f32>,
+pub enum LogisticTask {
+    /// The coordinates of a round and their values.
+    Update {
+        /// Coordinates.
+        #[serde(with = "petrel_messages::tensor::u32_bytes")]
+        vars: Vec<u32>,
+        /// Their current values.
+        #[serde(with = "f32_bytes")]
+        values: Vec<f32>,
+    },
+    /// Work on the rows `start..end` from now on (`balance = "dynamic"`).
+    Deal {
+        /// First row.
+        start: u64,
+        /// One past the last row.
+        end: u64,
+    },
 }
 
-/// Worker -> scheduler: partial gradient and curvature bound on the worker's rows.
+/// Worker -> scheduler: partial gradient and curvature bound on the worker's rows (none
+/// in the answer to a deal).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticPartial {
     /// Partial gradient per coordinate.
@@ -80,6 +97,8 @@ pub struct LogisticPartial {
     pub rows: u64,
     /// Commits applied.
     pub applied: u64,
+    /// Seconds spent computing pushes and commits since the start (cumulative).
+    pub busy_s: f64,
 }
 
 strads_app!(
@@ -98,6 +117,10 @@ pub struct LogisticWorker {
     applied: u64,
     /// The digest of the whole data set it read (compared with every node's).
     data_digest: Option<u64>,
+    /// Seconds of push and commit compute so far.
+    busy_s: f64,
+    /// Its side of the dealing: the whole design with `balance = "dynamic"`, slowness.
+    dealing: WorkerDealing,
 }
 
 impl LogisticWorker {
@@ -110,7 +133,20 @@ impl LogisticWorker {
             rows,
             applied: 0,
             data_digest: None,
+            busy_s: 0.0,
+            dealing: WorkerDealing::default(),
         })
+    }
+
+    /// Takes rows `rows` of the whole design, at the committed coefficients.
+    fn deal(&mut self, rows: Range<usize>) -> Result<(), StradsModelError> {
+        let block = self.dealing.whole()?.rows(rows.clone(), Fitted::Margin)?;
+        self.rows = block.y.len() as u64;
+        let mut state = LogisticWorkerState::new(block.x, &block.y)?;
+        state.restore_margins(block.values)?;
+        self.state = state;
+        tracing::debug!(rows = ?rows, "logistic worker dealt new rows");
+        Ok(())
     }
 }
 
@@ -120,8 +156,20 @@ impl Push<LogisticApp> for LogisticWorker {
         _round: u64,
         task: &LogisticTask,
     ) -> Result<LogisticPartial, StradsModelError> {
-        let vars = check_vars(&task.vars, task.values.len(), self.n_features)?;
-        let (gradient, curvature) = self.state.push(&vars);
+        let (gradient, curvature) = match task {
+            LogisticTask::Update { vars, values } => {
+                let started = Instant::now();
+                let vars = check_vars(vars, values.len(), self.n_features)?;
+                let pushed = self.state.push(&vars);
+                self.dealing.slow_down(started);
+                self.busy_s += started.elapsed().as_secs_f64();
+                pushed
+            }
+            LogisticTask::Deal { start, end } => {
+                self.deal(*start as usize..*end as usize)?;
+                (Vec::new(), Vec::new())
+            }
+        };
         Ok(LogisticPartial {
             gradient,
             curvature,
@@ -129,14 +177,19 @@ impl Push<LogisticApp> for LogisticWorker {
             correct: self.state.correct() as u64,
             rows: self.rows,
             applied: self.applied,
+            busy_s: self.busy_s,
         })
     }
 
     fn commit(&mut self, _round: u64, c: &LassoCommit) -> Result<(), StradsModelError> {
+        let started = Instant::now();
         let vars = check_vars(&c.vars, c.deltas.len(), self.n_features)?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(c.deltas.iter().copied()).collect();
         self.state.apply_deltas(&changes);
+        self.dealing.apply(&changes);
+        self.dealing.slow_down(started);
         self.applied += 1;
+        self.busy_s += started.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -216,6 +269,9 @@ pub struct LogisticMetrics {
     pub nonzeros: usize,
     /// Per-round trace.
     pub trace: Vec<LogisticPoint>,
+    /// With `balance = "dynamic"`: how the rows were dealt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<RowDealing>,
 }
 
 /// Scheduler half.
@@ -223,7 +279,8 @@ pub struct LogisticScheduling {
     scheduler: LassoScheduler,
     lambda: f32,
     max_rounds: u64,
-    in_flight: VecDeque<(u64, Vec<usize>)>,
+    /// The coordinates of each round in flight (`None`: a deal).
+    in_flight: VecDeque<(u64, Option<Vec<usize>>)>,
     s: LogisticSchedulingState,
     /// The test set (`test_data`): held-out figures at every point of the trace.
     heldout: Option<LinearHeldout>,
@@ -232,6 +289,8 @@ pub struct LogisticScheduling {
     /// The digest of the data it was built from (compared with the workers' before the
     /// first round).
     data_digest: Option<u64>,
+    /// The rows' dealer with `balance = "dynamic"`.
+    dealer: Option<RowDealer>,
 }
 
 impl LogisticScheduling {
@@ -251,6 +310,7 @@ impl LogisticScheduling {
             lambda,
         )?;
         let shared = Arc::new(x.clone());
+        let dealer = RowDealer::of(job.balance, x.n_rows, workers)?;
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,
             lambda,
@@ -276,6 +336,7 @@ impl LogisticScheduling {
             heldout,
             commit_log: CommitLog::default(),
             data_digest: None,
+            dealer,
         })
     }
 
@@ -288,6 +349,38 @@ impl LogisticScheduling {
     pub fn metrics(&self) -> &LogisticMetrics {
         &self.s.metrics
     }
+
+    /// The pull of a deal round: no update, an empty commit (so the commit counts stay
+    /// those of the scheduler's records).
+    fn pull_deal(
+        &mut self,
+        round: u64,
+        partials: &[LogisticPartial],
+        elapsed: Duration,
+    ) -> Result<LassoCommit, StradsModelError> {
+        if partials.iter().any(|p| !p.gradient.is_empty()) {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: an update answer to a deal"
+            )));
+        }
+        self.s.l1_after.push(self.s.l1);
+        self.s.updates_after.push(self.s.updates);
+        if self.heldout.is_some() {
+            self.commit_log.push(Vec::new());
+        }
+        self.s.metrics.rounds = round + 1;
+        self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        self.dealt(elapsed, true);
+        Ok(LassoCommit::default())
+    }
+
+    /// Tells the dealer a round was pulled, and keeps its report in the metrics.
+    fn dealt(&mut self, elapsed: Duration, deal: bool) {
+        if let Some(dealer) = &mut self.dealer {
+            dealer.pulled(elapsed.as_secs_f64(), deal);
+            self.s.metrics.balance = Some(dealer.report());
+        }
+    }
 }
 
 impl Schedule<LogisticApp> for LogisticScheduling {
@@ -295,6 +388,19 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         // One extra (empty-effect) round at the end measures the final state.
         if self.s.scheduled > self.max_rounds {
             return Step::Done;
+        }
+        // No deal before the final measuring round.
+        if self.s.scheduled < self.max_rounds {
+            let deal_in_flight = self.in_flight.iter().any(|(_, v)| v.is_none());
+            let idle = in_flight == 0 && self.in_flight.is_empty();
+            match gate(self.dealer.as_mut(), round, deal_in_flight, idle) {
+                DealGate::Wait => return Step::Wait,
+                DealGate::Deal(ranges) => {
+                    self.in_flight.push_back((round, None));
+                    return deal_step(ranges, |start, end| LogisticTask::Deal { start, end });
+                }
+                DealGate::Proceed => {}
+            }
         }
         let vars: Vec<usize> = if self.s.scheduled == self.max_rounds {
             Vec::new()
@@ -304,7 +410,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             let in_flight: Vec<usize> = self
                 .in_flight
                 .iter()
-                .flat_map(|(_, v)| v)
+                .flat_map(|(_, v)| v.iter().flatten())
                 .copied()
                 .collect();
             self.scheduler.next_round_around(&in_flight)
@@ -316,11 +422,11 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             return Step::Wait;
         }
         self.s.scheduled += 1;
-        let task = LogisticTask {
+        let task = LogisticTask::Update {
             vars: vars.iter().map(|&j| j as u32).collect(),
             values: vars.iter().map(|&j| self.s.coefficients[j]).collect(),
         };
-        self.in_flight.push_back((round, vars));
+        self.in_flight.push_back((round, Some(vars)));
         Step::Run(Plan::All(task))
     }
 
@@ -330,12 +436,14 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         partials: Vec<LogisticPartial>,
         elapsed: Duration,
     ) -> Result<LassoCommit, StradsModelError> {
-        let vars = crate::core::pop_in_flight(&mut self.in_flight, round)?;
+        let Some(vars) = crate::core::pop_in_flight(&mut self.in_flight, round)? else {
+            return self.pull_deal(round, &partials, elapsed);
+        };
         let mut g = vec![0.0f32; vars.len()];
         let mut h = vec![0.0f32; vars.len()];
         let (mut loss, mut correct, mut rows) = (0.0, 0u64, 0u64);
         let mut applied = Vec::new();
-        for p in &partials {
+        for (index, p) in partials.iter().enumerate() {
             if p.gradient.len() != vars.len() || p.curvature.len() != vars.len() {
                 return Err(StradsModelError::DimensionMismatch(format!(
                     "round {round}: partials do not match the vars"
@@ -347,6 +455,9 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             correct += p.correct;
             rows += p.rows;
             applied.push(p.applied);
+            if let Some(dealer) = &mut self.dealer {
+                dealer.observe(index, p.busy_s);
+            }
         }
         let a = common_applied(applied.into_iter())?;
         if let Some(&l1) = self.s.l1_after.get(a as usize) {
@@ -402,6 +513,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         self.s.metrics.updates = self.s.updates;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
         self.s.metrics.nonzeros = self.s.coefficients.iter().filter(|v| **v != 0.0).count();
+        self.dealt(elapsed, false);
         Ok(LassoCommit {
             vars: vars.iter().map(|&j| j as u32).collect(),
             deltas,
@@ -555,18 +667,6 @@ impl StradsJob for LogisticApp {
         );
         c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
         c.require(
-            job.balance == super::lasso::Balance::Static,
-            "balance",
-            job.balance,
-            lasso_only,
-        );
-        c.require(
-            job.straggler.is_none(),
-            "straggler",
-            job.straggler.unwrap_or_default(),
-            lasso_only,
-        );
-        c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",
             job.fail_after_checkpoints.unwrap_or_default(),
@@ -611,6 +711,8 @@ impl StradsJob for LogisticApp {
         let rows = shape.share(x.n_rows, index)?;
         let mut worker = LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?;
         worker.data_digest = Some(digest);
+        let whole = (job.balance == Balance::Dynamic).then(|| WholeDesign::new(x, labels, None));
+        worker.dealing = WorkerDealing::of(job, index, whole);
         Ok(StarHalf(worker))
     }
 

@@ -1,7 +1,7 @@
 //! Dynamic load balancing by measured worker speed (SchMP's): each worker's seconds per
-//! unit of work (a row, for the scheduled Lasso), exponentially smoothed, and shares of
-//! contiguous units re-dealt at round boundaries so that the workers' predicted finish
-//! times are equal. A re-deal costs a round and a rebuild on the workers, and measured
+//! unit of work (a row, for the scheduled Lasso and logistic regression), exponentially
+//! smoothed, and shares of contiguous units re-dealt at round boundaries so that the
+//! workers' predicted finish times are equal. A re-deal costs a round and a rebuild on the workers, and measured
 //! times are noisy on a shared machine, so it is taken only after every worker answered
 //! [`BALANCE_SETTLE_ROUNDS`] rounds on its current share, only when it shortens the
 //! predicted round by more than [`BALANCE_MIN_GAIN`], and only once the time it would
@@ -163,6 +163,13 @@ impl LoadBalancer {
     /// that saving over the rounds since the last re-deal exceeds its cost; else `None`
     /// and the shares stay.
     pub fn rebalance(&mut self) -> Option<Vec<u64>> {
+        self.shares = self.proposal()?;
+        self.settled.iter_mut().for_each(|n| *n = 0);
+        Some(self.shares.clone())
+    }
+
+    /// The dealing [`LoadBalancer::rebalance`] would adopt now, without adopting it.
+    pub fn proposal(&self) -> Option<Vec<u64>> {
         let rounds = self.settled.iter().copied().min().unwrap_or(0);
         if rounds < BALANCE_SETTLE_ROUNDS {
             return None;
@@ -176,9 +183,7 @@ impl LoadBalancer {
         {
             return None;
         }
-        self.shares = proposal;
-        self.settled.iter_mut().for_each(|n| *n = 0);
-        Some(self.shares.clone())
+        Some(proposal)
     }
 }
 

@@ -194,9 +194,9 @@ pub struct LassoSettings {
     /// Fault injection for tests: fail after writing this many checkpoints (TOML only).
     #[arg(skip)]
     pub fail_after_checkpoints: Option<u64>,
-    /// Scheduled Lasso: how rows are dealt to the workers, `static` (once, evenly) or
-    /// `dynamic` (re-dealt between rounds by each worker's measured time per row; every
-    /// worker then holds the whole design).
+    /// Scheduled solver (Lasso, logistic): how rows are dealt to the workers, `static`
+    /// (once, evenly) or `dynamic` (re-dealt between rounds by each worker's measured time
+    /// per row; every worker then holds the whole design).
     #[arg(long, value_enum, default_value_t = Balance::Static)]
     pub balance: Balance,
     /// Emulated slow worker (benches, tests): this worker's compute takes

@@ -124,7 +124,7 @@ pub struct LassoMetrics {
     pub balance: Option<RowDealing>,
 }
 
-/// How a scheduled Lasso with `balance = "dynamic"` dealt its rows.
+/// How a scheduled Lasso or logistic regression with `balance = "dynamic"` dealt its rows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RowDealing {
     /// Re-deals (each one round).

@@ -8,6 +8,7 @@
 pub mod baseline;
 pub mod checkpoint;
 pub mod config;
+pub mod dealing;
 pub mod gs;
 pub mod heldout;
 pub mod metrics;
@@ -96,7 +97,7 @@ impl StradsJob for LassoApp {
             digest = job.data.is_some().then(|| data_fingerprint(&x, &y));
             let block = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
             if dynamic {
-                whole = Some(worker::WholeDesign::new(x, y, means.clone()));
+                whole = Some(dealing::WholeDesign::new(x, y, means.clone()));
             }
             block
         } else {
@@ -111,12 +112,7 @@ impl StradsJob for LassoApp {
         };
         let mut worker = LassoWorker::with_schedulers(state, job.schedulers);
         worker.data_digest = digest;
-        if let Some(whole) = whole {
-            worker = worker.dealing(whole);
-        }
-        if job.straggler == Some(index as u32) {
-            worker = worker.slowed(job.straggler_factor);
-        }
+        worker = worker.dealing(dealing::WorkerDealing::of(job, index, whole));
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
         Ok(StarHalf(worker))
     }

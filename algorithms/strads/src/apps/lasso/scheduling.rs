@@ -18,17 +18,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::ClusterShape;
-use super::config::Balance;
 use super::config::LassoSettings;
+use super::dealing::{DealGate, RowDealer, deal_step};
 use super::heldout::LinearHeldout;
-use super::metrics::RowDealing;
 use super::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
 };
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
-use crate::core::balance::LoadBalancer;
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
@@ -43,44 +41,6 @@ pub(super) enum InFlight {
     Update(Vec<usize>),
     Evaluate,
     Deal,
-}
-
-/// `balance = "dynamic"`: the row dealer, each worker's compute (push and commit seconds,
-/// cumulative) at its last answer, and the re-deals so far.
-pub(super) struct RowDealer {
-    balancer: LoadBalancer,
-    last_busy: Vec<f64>,
-    deals: u64,
-    /// The first answers after a deal also hold the last commit on the old rows: they
-    /// only move `last_busy`.
-    just_dealt: Vec<bool>,
-    /// When the last round was pulled (seconds into the run): a deal's cost is the time
-    /// from there to its own pull.
-    last_pull_s: f64,
-}
-
-impl RowDealer {
-    /// Worker `index`'s compute since its last answer, on its current rows.
-    fn observe(&mut self, index: usize, busy: WorkerBusy) {
-        let total = busy.push_s + busy.commit_s;
-        if let (Some(last), Some(dealt)) = (
-            self.last_busy.get_mut(index),
-            self.just_dealt.get_mut(index),
-        ) {
-            if !std::mem::take(dealt) {
-                self.balancer.observe(index, total - *last);
-            }
-            *last = total;
-        }
-    }
-
-    fn report(&self) -> RowDealing {
-        RowDealing {
-            deals: self.deals,
-            rows: self.balancer.shares().to_vec(),
-            seconds_per_row: self.balancer.seconds_per_unit(),
-        }
-    }
 }
 
 /// Scheduler half: priorities, dependency filter, coefficients, pull and metrics.
@@ -146,21 +106,7 @@ impl LassoScheduling {
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
-        let dealer = match job.balance {
-            Balance::Static => None,
-            Balance::Dynamic => Some(RowDealer {
-                balancer: LoadBalancer::new(
-                    crate::core::split_evenly(x.n_rows, workers)
-                        .iter()
-                        .map(|r| r.len() as u64)
-                        .collect(),
-                )?,
-                last_busy: vec![0.0; workers],
-                deals: 0,
-                just_dealt: vec![false; workers],
-                last_pull_s: 0.0,
-            }),
-        };
+        let dealer = RowDealer::of(job.balance, x.n_rows, workers)?;
         Ok(LassoScheduling {
             scheduler,
             col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
@@ -218,27 +164,6 @@ impl LassoScheduling {
                 ..self.s.metrics.clone()
             },
         }
-    }
-
-    /// A round that deals the rows anew, when the dealer measured that it pays. Only with
-    /// nothing in flight, and nothing is scheduled while it is: the update rounds and
-    /// their pipelining stay those of a static dealing.
-    fn deal(&mut self, round: u64) -> Option<Step<LassoTask>> {
-        let dealer = self.dealer.as_mut()?;
-        dealer.balancer.rebalance()?;
-        dealer.deals += 1;
-        dealer.just_dealt.iter_mut().for_each(|d| *d = true);
-        let ranges = dealer.balancer.ranges();
-        tracing::debug!(round, rows = ?dealer.balancer.shares(), "lasso rows re-dealt");
-        self.in_flight.push_back((round, InFlight::Deal));
-        let tasks = ranges
-            .into_iter()
-            .map(|r| LassoTask::Deal {
-                start: r.start,
-                end: r.end,
-            })
-            .collect();
-        Some(Step::Run(Plan::PerWorker(tasks)))
     }
 
     /// An evaluation is due: every `eval_every` update rounds, or (with `eval_every = 0`)
@@ -313,18 +238,15 @@ impl Schedule<LassoApp> for LassoScheduling {
                 Step::Done
             };
         }
-        if self
-            .in_flight
-            .iter()
-            .any(|(_, kind)| *kind == InFlight::Deal)
-        {
-            return Step::Wait;
-        }
-        if in_flight == 0
-            && self.in_flight.is_empty()
-            && let Some(step) = self.deal(round)
-        {
-            return step;
+        let deal_in_flight = self.in_flight.iter().any(|(_, k)| *k == InFlight::Deal);
+        let idle = in_flight == 0 && self.in_flight.is_empty();
+        match super::dealing::gate(self.dealer.as_mut(), round, deal_in_flight, idle) {
+            DealGate::Wait => return Step::Wait,
+            DealGate::Deal(ranges) => {
+                self.in_flight.push_back((round, InFlight::Deal));
+                return deal_step(ranges, |start, end| LassoTask::Deal { start, end });
+            }
+            DealGate::Proceed => {}
         }
         // With a test set, the held-out curve starts at the untrained model.
         if self.heldout.is_some() && self.s.rounds_scheduled == 0 {
@@ -395,6 +317,7 @@ impl Schedule<LassoApp> for LassoScheduling {
         let kind = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         self.s.metrics.rounds = round + 1;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        let deal = kind == InFlight::Deal;
         let commit = match kind {
             InFlight::Update(vars) => {
                 let mut slowest = WorkerBusy::default();
@@ -425,7 +348,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     applied.push(*a);
                     slowest = slowest.slowest(*busy);
                     if let Some(dealer) = &mut self.dealer {
-                        dealer.observe(index, *busy);
+                        dealer.observe(index, busy.push_s + busy.commit_s);
                     }
                 }
                 let profile = &mut self.s.metrics.profile;
@@ -480,11 +403,6 @@ impl Schedule<LassoApp> for LassoScheduling {
                 LassoCommit::default()
             }
             InFlight::Deal => {
-                if let Some(dealer) = &mut self.dealer {
-                    dealer
-                        .balancer
-                        .deal_cost(elapsed.as_secs_f64() - dealer.last_pull_s);
-                }
                 if partials
                     .iter()
                     .any(|p| !matches!(p, LassoPartial::Dealt { .. }))
@@ -499,7 +417,7 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.s.metrics.updates = self.s.updates;
         self.s.metrics.profile.finish(elapsed.as_secs_f64());
         if let Some(dealer) = &mut self.dealer {
-            dealer.last_pull_s = elapsed.as_secs_f64();
+            dealer.pulled(elapsed.as_secs_f64(), deal);
         }
         self.after_commit();
         Ok(commit)

@@ -1,13 +1,12 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
+use super::dealing::{Fitted, WorkerDealing};
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy, check_vars};
 use crate::core::StradsModelError;
 use crate::core::app::{Push, decode_state, encode_state};
 use crate::core::lasso::LassoWorkerState;
 use petrel_messages::tensor::f64_bytes;
-use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
-use std::ops::Range;
 use std::time::Instant;
 
 /// Worker half: a row block with its residual. It serves every scheduler of the job and
@@ -21,62 +20,8 @@ pub struct LassoWorker {
     /// The digest of the whole data set it read, when it read one (compared with every
     /// node's before the first round).
     pub data_digest: Option<u64>,
-    /// With `balance = "dynamic"`: the whole design, to take any rows on a deal.
-    whole: Option<WholeDesign>,
-    /// Emulated slowness: its compute takes this many times as long (1 = none).
-    slowdown: f64,
-}
-
-/// What a worker of `balance = "dynamic"` keeps to take any rows: the whole design, its
-/// labels, the column means (implicit centring) and the coefficients, summed from the
-/// commits, from which a new row block's residual is computed.
-pub struct WholeDesign {
-    x: SparseColumns,
-    y: Vec<f32>,
-    means: Option<Vec<f64>>,
-    coefficients: Vec<f64>,
-}
-
-impl WholeDesign {
-    /// The design `x`, `y` (centred with `fit_intercept`) and, with implicit centring, the
-    /// column means, at `b = 0`.
-    pub fn new(x: SparseColumns, y: Vec<f32>, means: Option<Vec<f64>>) -> Self {
-        WholeDesign {
-            coefficients: vec![0.0; x.n_columns()],
-            x,
-            y,
-            means,
-        }
-    }
-
-    /// The state of rows `rows` at the current coefficients: residual `y - X b` (centred:
-    /// `y - (X - 1 mean^T) b`).
-    fn rows(&self, rows: Range<usize>) -> Result<LassoWorkerState, StradsModelError> {
-        if rows.start > rows.end || rows.end > self.y.len() {
-            return Err(StradsModelError::protocol(format!(
-                "deal of rows {rows:?} out of range ({} rows)",
-                self.y.len()
-            )));
-        }
-        let block = self.x.row_block(rows.clone());
-        let y = self.y[rows].to_vec();
-        let shift: f64 = self.means.as_ref().map_or(0.0, |m| {
-            m.iter().zip(&self.coefficients).map(|(m, b)| m * b).sum()
-        });
-        let mut residual: Vec<f64> = y.iter().map(|&v| f64::from(v) + shift).collect();
-        for (j, &b) in self.coefficients.iter().enumerate().filter(|c| *c.1 != 0.0) {
-            let (rows, vals) = block.column(j);
-            for (&i, &x) in rows.iter().zip(vals) {
-                residual[i as usize] -= f64::from(x) * b;
-            }
-        }
-        let mut state = match &self.means {
-            Some(means) => LassoWorkerState::centred(block, y, means.clone())?,
-            None => LassoWorkerState::new(block, y)?,
-        };
-        state.restore_residual(residual, None)?;
-        Ok(state)
-    }
+    /// Its side of the dealing: the whole design with `balance = "dynamic"`, slowness.
+    dealing: WorkerDealing,
 }
 
 /// What a round checkpoint holds of a worker: its residual, scheduler 0's commit count,
@@ -99,28 +44,14 @@ impl LassoWorker {
             applied: vec![0; schedulers.max(1)],
             busy: WorkerBusy::default(),
             data_digest: None,
-            whole: None,
-            slowdown: 1.0,
+            dealing: WorkerDealing::default(),
         }
     }
 
-    /// A worker that can take any rows on a deal (`balance = "dynamic"`).
-    pub fn dealing(mut self, whole: WholeDesign) -> Self {
-        self.whole = Some(whole);
+    /// The worker with its side of the dealing (the whole design, the straggler).
+    pub fn dealing(mut self, dealing: WorkerDealing) -> Self {
+        self.dealing = dealing;
         self
-    }
-
-    /// A worker whose compute takes `factor` times as long (the straggler of a bench).
-    pub fn slowed(mut self, factor: f64) -> Self {
-        self.slowdown = factor.max(1.0);
-        self
-    }
-
-    /// Sleeps `slowdown - 1` times the compute since `started`: an emulated slower machine.
-    fn slow_down(&self, started: Instant) {
-        if self.slowdown > 1.0 {
-            std::thread::sleep(started.elapsed().mul_f64(self.slowdown - 1.0));
-        }
     }
 
     /// The row block's state.
@@ -163,7 +94,7 @@ impl Push<LassoApp> for LassoWorker {
                 let started = Instant::now();
                 let vars = check_vars(vars, values.len(), self.state.n_features())?;
                 let z = self.state.push(&vars, values);
-                self.slow_down(started);
+                self.dealing.slow_down(started);
                 self.busy.push_s += started.elapsed().as_secs_f64();
                 if self.busy.peak_rss_mb == 0.0 {
                     self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
@@ -193,10 +124,14 @@ impl Push<LassoApp> for LassoWorker {
                 })
             }
             LassoTask::Deal { start, end } => {
-                let whole = self.whole.as_ref().ok_or_else(|| {
-                    StradsModelError::protocol("a deal to a worker of static dealing")
-                })?;
-                self.state = whole.rows(*start as usize..*end as usize)?;
+                let whole = self.dealing.whole()?;
+                let block = whole.rows(*start as usize..*end as usize, Fitted::Residual)?;
+                let mut state = match whole.means() {
+                    Some(means) => LassoWorkerState::centred(block.x, block.y, means.to_vec())?,
+                    None => LassoWorkerState::new(block.x, block.y)?,
+                };
+                state.restore_residual(block.values, None)?;
+                self.state = state;
                 tracing::debug!(rows = ?(start..end), "lasso worker dealt new rows");
                 Ok(LassoPartial::Dealt { applied })
             }
@@ -214,12 +149,8 @@ impl Push<LassoApp> for LassoWorker {
         let vars = check_vars(&commit.vars, commit.deltas.len(), self.state.n_features())?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(commit.deltas.clone()).collect();
         self.state.apply_deltas(&changes);
-        if let Some(whole) = &mut self.whole {
-            for &(j, delta) in &changes {
-                whole.coefficients[j] += f64::from(delta);
-            }
-        }
-        self.slow_down(started);
+        self.dealing.apply(&changes);
+        self.dealing.slow_down(started);
         self.applied[scheduler as usize] += 1;
         self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())

@@ -29,7 +29,7 @@ impl std::fmt::Display for LassoSolver {
     }
 }
 
-/// How the scheduled Lasso deals its rows to the workers (`balance`, `--balance`).
+/// How the scheduled solver (Lasso, logistic) deals its rows to the workers (`balance`, `--balance`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Balance {
