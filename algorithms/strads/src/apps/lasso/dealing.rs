@@ -1,5 +1,5 @@
 //! `balance = "dynamic"` for the scheduled linear models (Lasso, logistic regression):
-//! the scheduler's [`RowDealer`] (the [`LoadBalancer`] fed with the workers' measured
+//! the scheduler's `RowDealer` (the [`LoadBalancer`] fed with the workers' measured
 //! compute, the deal round and its cost), the worker's [`WholeDesign`] (any row block
 //! rebuilt from the committed coefficients) and the emulated straggler.
 
