@@ -28,6 +28,18 @@ pub enum AskError {
         /// The asked actor's name.
         actor: String,
     },
+    /// The actor's node left the cluster.
+    #[error(
+        "node {name} left the cluster at membership epoch {epoch}; a request to its actor {actor} failed"
+    )]
+    PeerLeft {
+        /// The node that left.
+        name: String,
+        /// The asked actor's name.
+        actor: String,
+        /// The epoch at which it left.
+        epoch: u64,
+    },
     /// The remote handler (or the remote runtime) answered with an error.
     #[error("actor {actor} on node {node} failed to handle a request from {from}: {error}")]
     // `Box<str>` rather than `String`: every `Result` carrying an `AskError` stays small.
@@ -190,6 +202,9 @@ pub enum NodeError {
     /// The coordinator refused this node's join.
     #[error("joining the cluster failed: {0}")]
     Join(#[source] AskError),
+    /// The coordinator refused or did not answer this node's leave.
+    #[error("leaving the cluster failed: {0}")]
+    Leave(#[source] AskError),
     /// The cluster did not form in time; the coordinator named the nodes that never joined.
     #[error("joining the cluster failed: cluster did not form within {timeout:?}: {}", missing_nodes(.coordinator, .missing))]
     JoinTimeout {

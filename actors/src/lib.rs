@@ -24,6 +24,7 @@ pub mod durable;
 pub mod error;
 mod mailbox;
 pub mod node;
+pub mod scale;
 pub mod settings;
 pub mod topology;
 

@@ -120,6 +120,11 @@ pub struct ClusterSettings {
     pub request_timeout_ms: u64,
     /// How long a node tries to reach the coordinator and wait for all members.
     pub join_timeout_ms: u64,
+    /// A membership plan for testing elastic jobs ([`crate::scale::ScalePlan`]), e.g.
+    /// `"at=2s add worker; at=5s remove w1"`: the launcher starts the added standby nodes
+    /// and the coordinator asks the removed members to drain and leave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<String>,
 }
 
 impl Default for ClusterSettings {
@@ -133,6 +138,7 @@ impl Default for ClusterSettings {
             failure_timeout_ms: 2000,
             request_timeout_ms: 30_000,
             join_timeout_ms: 30_000,
+            scale: None,
         }
     }
 }
@@ -163,6 +169,11 @@ pub struct NodeSpec {
     /// `petrel run` gives every node a free loopback port unless set).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<String>,
+    /// A standby node: the cluster forms without it, and it joins the running cluster
+    /// when it is started (by a scale plan or by hand). Its address and certificate are
+    /// in the settings like every other node's, so identity checks stay as they are.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
 }
 
 /// Everything a node needs to know about its cluster.
@@ -287,6 +298,16 @@ impl Settings {
         {
             return Err(NodeError::Config(format!("coordinator {c} is not a node")));
         }
+        let coordinator = self.coordinator_name();
+        if self
+            .nodes
+            .iter()
+            .any(|n| n.standby && n.name == coordinator)
+        {
+            let why = format!("the coordinator {coordinator} cannot be a standby node");
+            return Err(NodeError::Config(why));
+        }
+        self.scale_plan()?;
         if self.cluster.heartbeat_interval_ms == 0
             || self.cluster.failure_timeout_ms <= self.cluster.heartbeat_interval_ms
         {
@@ -295,6 +316,14 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+
+    /// `[cluster] scale`, read and resolved to node names (empty when unset).
+    pub fn scale_plan(&self) -> Result<crate::scale::ScalePlan, NodeError> {
+        match &self.cluster.scale {
+            Some(plan) => crate::scale::ScalePlan::parse(plan)?.resolve(self),
+            None => Ok(crate::scale::ScalePlan::default()),
+        }
     }
 
     /// The node that runs the coordinator (`cluster.coordinator`, else the first node).

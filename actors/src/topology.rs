@@ -12,7 +12,8 @@ use crate::settings::{NodeSpec, Settings, Transport};
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use petrel_messages::runtime::{
-    BarrierEnter, Heartbeat, Join, JoinProgress, JoinStatus, PeerDown, Shutdown,
+    BarrierEnter, DrainAndLeave, Heartbeat, Join, JoinProgress, JoinStatus, Leave, MembershipView,
+    PeerDown, Shutdown,
 };
 use petrel_messages::{ActorId, NodeId, Priority};
 use petrel_net::{ClusterCredentials, MemoryHub, Net, PeerAddr};
@@ -55,6 +56,40 @@ impl NodeContext {
             .map(|_| ())
     }
 
+    /// Leaves the running cluster now: the coordinator starts a new membership epoch
+    /// without this node and the others carry on. Drain first: what this node sends
+    /// afterwards is refused. Roles usually call [`Node::leave_when_done`] instead, and
+    /// the node leaves once they all returned.
+    pub async fn leave(&self) -> Result<(), NodeError> {
+        let c = self
+            .node
+            .actor::<Leave>(&ActorId::new(self.coordinator, COORDINATOR_ACTOR))?;
+        let leave = Leave {
+            node: self.node.id(),
+        };
+        let ack = c
+            .ask(leave, Priority::CONTROL, self.node.default_timeout())
+            .await
+            .map_err(NodeError::Leave)?;
+        tracing::info!(node = %self.node.name(), epoch = ack.epoch, "left the cluster");
+        Ok(())
+    }
+
+    /// Names of the members running `role` now (the settings' nodes before the cluster
+    /// formed), in cluster order: standby nodes count once they joined, and nodes that
+    /// left do not.
+    pub fn members_with_role(&self, role: &str) -> Vec<String> {
+        let view = self.node.view();
+        if view.members.is_empty() {
+            return self.nodes_with_role(role);
+        }
+        view.members
+            .iter()
+            .filter(|m| m.roles.iter().any(|r| r == role))
+            .map(|m| m.name.clone())
+            .collect()
+    }
+
     /// Names of the nodes that run `role`, in cluster order.
     pub fn nodes_with_role(&self, role: &str) -> Vec<String> {
         self.settings
@@ -92,6 +127,16 @@ impl Topology {
             roles: roles.iter().map(|r| r.to_string()).collect(),
             ..Default::default()
         });
+        self
+    }
+
+    /// Adds a standby node running `roles`: the cluster forms without it and it joins
+    /// the running cluster when started ([`NodeSpec::standby`]).
+    pub fn standby_node(mut self, name: &str, roles: &[&str]) -> Self {
+        self = self.node(name, roles);
+        if let Some(spec) = self.settings.nodes.last_mut() {
+            spec.standby = true;
+        }
         self
     }
 
@@ -259,17 +304,30 @@ impl Cluster {
             check_ports_free(&settings)?;
         }
         let this = self.with_settings(settings);
+        // Standby nodes start when the scale plan adds them, if it does.
+        let plan = this.settings.scale_plan()?;
+        let start_after = |spec: &NodeSpec| match spec.standby {
+            false => Some(Duration::ZERO),
+            true => plan
+                .added()
+                .find(|(_, n)| *n == spec.name)
+                .map(|(at, _)| at),
+        };
         let handles: Vec<_> = this
             .settings
             .nodes
             .iter()
             .zip(wiring)
-            .map(|(spec, wiring)| {
+            .filter_map(|(spec, wiring)| Some((spec, wiring, start_after(spec)?)))
+            .map(|(spec, wiring, after)| {
                 let cluster = this.clone();
                 let name = spec.name.clone();
                 std::thread::Builder::new()
                     .name(format!("petrel-{name}"))
-                    .spawn(move || cluster.run_node(&name, wiring))
+                    .spawn(move || {
+                        std::thread::sleep(after);
+                        cluster.run_node(&name, wiring)
+                    })
             })
             .collect::<Result<_, _>>()?;
         // Report the root cause: a node's own failure, not the "peer failed" it caused.
@@ -357,6 +415,9 @@ impl Cluster {
             // Once all are in the final barrier the coordinator may leave before this node
             // hears the release: a failed send is no news.
             ctx.node.net().set_membership_changing(true);
+            if ctx.node.leaves_when_done() || ctx.node.is_leave_requested() {
+                return ctx.leave().await;
+            }
             ctx.barrier("petrel.finish").await
         };
         let result = match node.peer_failure() {
@@ -482,18 +543,32 @@ impl Cluster {
         node.register(AGENT_ACTOR, agent.clone())?
             .accept::<Heartbeat>()
             .accept::<PeerDown>()
+            .accept::<MembershipView>()
+            .accept::<DrainAndLeave>()
             .accept::<Shutdown>();
         let coordinator_addr = if id == coordinator {
-            let ids = s.nodes.iter().enumerate();
-            let expected = ids
-                .map(|(i, n)| (NodeId(i as u32), n.name.clone()))
+            let ids = || {
+                s.nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (NodeId(i as u32), n))
+            };
+            let expected = ids().map(|(i, n)| (i, n.name.clone())).collect();
+            let standby = ids().filter(|(_, n)| n.standby).map(|(i, _)| i).collect();
+            let removals = s
+                .scale_plan()?
+                .removed()
+                .filter_map(|(at, name)| Some((at, NodeId(s.node_index(name)? as u32))))
                 .collect();
-            let addr = Coordinator::new(node.clone(), expected, hb, timeout).start();
+            let addr = Coordinator::new(node.clone(), expected, standby, hb, timeout)
+                .with_removals(removals)
+                .start();
             node.register(COORDINATOR_ACTOR, addr.clone())?
                 .accept::<Join>()
                 .accept::<JoinStatus>()
                 .accept::<Heartbeat>()
                 .accept::<BarrierEnter>()
+                .accept::<Leave>()
                 .accept::<Shutdown>();
             Some(addr)
         } else {
@@ -650,7 +725,17 @@ async fn join(
             },
         };
         match answer {
-            Ok(_) => return Ok(()),
+            Ok(ack) => {
+                // The coordinator's broadcast of a late join may have come first.
+                if node.view().members.is_empty() {
+                    node.apply_view(petrel_messages::runtime::MembershipView {
+                        epoch: ack.epoch,
+                        members: ack.members,
+                        departed: Vec::new(),
+                    });
+                }
+                return Ok(());
+            }
             Err(crate::AskError::Remote { ref error, .. })
                 if let Some((name, reason)) =
                     crate::coordinator::MembershipError::parse_run_failed(error) =>
@@ -725,7 +810,7 @@ async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>)
                 reason,
                 failed_node: Some(name),
             }) => return NodeError::RunFailed { name, reason },
-            Ok(PeerEvent::Shutdown { .. }) => continue,
+            Ok(PeerEvent::Shutdown { .. } | PeerEvent::Membership(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => {
                 futures::future::pending::<()>().await;

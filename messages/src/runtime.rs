@@ -23,6 +23,9 @@ pub struct Join {
 pub struct JoinAck {
     /// Every member, once the cluster formed.
     pub members: Vec<Member>,
+    /// The membership epoch the joining node starts at.
+    #[serde(default)]
+    pub epoch: u64,
     /// How often members send heartbeats.
     pub heartbeat_interval_ms: u64,
 }
@@ -116,6 +119,43 @@ pub struct JoinProgress {
     pub missing: Vec<String>,
 }
 
+/// A member leaves a running cluster on its own, after draining its work: the others
+/// carry on without it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leave {
+    /// The leaving node.
+    pub node: NodeId,
+}
+
+/// The coordinator's answer to [`Leave`]: the epoch at which the node left.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaveAck {
+    /// The membership epoch without the node.
+    pub epoch: u64,
+}
+
+/// The membership every live member holds, sent by the coordinator whenever a node joins
+/// a formed cluster or leaves it. The epoch grows by one per change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipView {
+    /// One more than the previous view's.
+    pub epoch: u64,
+    /// The live members, by id.
+    pub members: Vec<Member>,
+    /// Nodes that left, with the epoch at which each left.
+    pub departed: Vec<(NodeId, u64)>,
+}
+
+/// The coordinator asks a member to drain its work and leave (a scale plan's `remove`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainAndLeave {
+    /// Why, for the node's log.
+    pub reason: String,
+}
+
+remote_message!(Leave => LeaveAck, "petrel.leave");
+remote_message!(DrainAndLeave, "petrel.drain_and_leave");
+remote_message!(MembershipView, "petrel.membership");
 remote_message!(Join => JoinAck, "petrel.join");
 remote_message!(JoinStatus => JoinProgress, "petrel.join_status");
 remote_message!(Heartbeat, "petrel.heartbeat");

@@ -2,7 +2,7 @@
 //! complete. Time is passed in; every input returns the waiters to answer and how.
 
 use petrel_messages::NodeId;
-use petrel_messages::runtime::{BarrierReleased, Join, Member};
+use petrel_messages::runtime::{BarrierReleased, Join, Member, MembershipView};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,14 @@ pub enum MembershipError {
     /// A node that is not a live member entered a barrier.
     #[error("{0} is not a live member")]
     NotLive(NodeId),
+    /// A node that left the cluster spoke as a member.
+    #[error("{name} left the cluster at membership epoch {epoch}; its messages are refused")]
+    Departed {
+        /// The node's name.
+        name: String,
+        /// The epoch at which it left.
+        epoch: u64,
+    },
     /// The run already failed on a node; joins are refused at once with the cause.
     #[error("the run already failed on {node}: {reason}")]
     RunFailed {
@@ -98,8 +106,18 @@ struct BarrierState<W> {
 }
 
 /// The coordinator's decisions, free of I/O. `W` identifies a waiting caller.
+///
+/// The cluster forms once every node but the standby ones joined. After that, a standby
+/// node (or one that left) may join and a member may leave; each change raises the
+/// membership epoch by one, and barriers count the members of the moment.
 pub struct ClusterCore<W> {
     expected: BTreeMap<NodeId, String>,
+    standby: BTreeSet<NodeId>,
+    formed: bool,
+    epoch: u64,
+    /// Nodes that left, with the epoch at which each left.
+    departed: BTreeMap<NodeId, u64>,
+    /// The current members.
     joined: BTreeMap<NodeId, Member>,
     join_waiters: Vec<W>,
     last_seen: HashMap<NodeId, Instant>,
@@ -116,6 +134,10 @@ impl<W> ClusterCore<W> {
     pub fn new(expected: BTreeMap<NodeId, String>, failure_timeout: Duration) -> Self {
         Self {
             expected,
+            standby: BTreeSet::new(),
+            formed: false,
+            epoch: 0,
+            departed: BTreeMap::new(),
             joined: BTreeMap::new(),
             join_waiters: Vec::new(),
             last_seen: HashMap::new(),
@@ -126,16 +148,42 @@ impl<W> ClusterCore<W> {
         }
     }
 
-    /// True once every expected node joined.
-    pub fn is_formed(&self) -> bool {
-        self.joined.len() == self.expected.len()
+    /// These nodes are standby: the cluster forms without them.
+    pub fn with_standby(mut self, standby: impl IntoIterator<Item = NodeId>) -> Self {
+        self.standby.extend(standby);
+        self
     }
 
-    /// Names of the expected nodes that have not joined, in settings order.
+    /// True once every expected node but the standby ones joined (and ever after).
+    pub fn is_formed(&self) -> bool {
+        self.formed
+    }
+
+    /// The membership epoch: 0 when the cluster formed, one more per join or leave since.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// What every live member holds: the epoch, the live members and who left when.
+    pub fn view(&self) -> MembershipView {
+        MembershipView {
+            epoch: self.epoch,
+            members: self
+                .joined
+                .values()
+                .filter(|m| !self.dead.contains(&m.node))
+                .cloned()
+                .collect(),
+            departed: self.departed.iter().map(|(&n, &e)| (n, e)).collect(),
+        }
+    }
+
+    /// Names of the expected nodes, standby ones aside, that have not joined, in settings
+    /// order.
     pub fn missing(&self) -> Vec<String> {
         self.expected
             .iter()
-            .filter(|(id, _)| !self.joined.contains_key(id))
+            .filter(|(id, _)| !self.joined.contains_key(id) && !self.standby.contains(id))
             .map(|(_, name)| name.clone())
             .collect()
     }
@@ -179,18 +227,26 @@ impl<W> ClusterCore<W> {
             return vec![(waiter, Err(refused))];
         }
         self.last_seen.insert(join.node, now);
-        self.joined.insert(
-            join.node,
-            Member {
-                node: join.node,
-                name: join.name,
-                roles: join.roles,
-            },
-        );
+        let member = Member {
+            node: join.node,
+            name: join.name,
+            roles: join.roles,
+        };
+        if self.formed {
+            // A node joining a running cluster: a new member at once, in a new epoch.
+            if self.joined.insert(join.node, member).is_none() {
+                self.departed.remove(&join.node);
+                self.epoch += 1;
+            }
+            return vec![(waiter, Ok(self.members()))];
+        }
+        self.joined.insert(join.node, member);
         self.join_waiters.push(waiter);
-        if !self.is_formed() {
+        let required = self.expected.keys().filter(|n| !self.standby.contains(n));
+        if !required.into_iter().all(|n| self.joined.contains_key(n)) {
             return Vec::new();
         }
+        self.formed = true;
         // The failure clock of every member starts when the cluster forms, so a slow
         // starter does not make the early joiners look dead.
         for n in self.joined.keys() {
@@ -261,10 +317,9 @@ impl<W> ClusterCore<W> {
         agree_on: Option<u64>,
         waiter: W,
     ) -> Outcome<W, BarrierReleased> {
-        if self.dead.contains(&node) || !self.joined.contains_key(&node) {
-            return vec![(waiter, Err(MembershipError::NotLive(node)))];
+        if let Err(refused) = self.check_live(node) {
+            return vec![(waiter, Err(refused))];
         }
-        let alive: BTreeSet<NodeId> = self.alive().into_iter().collect();
         let state = self
             .barriers
             .entry(name.to_string())
@@ -278,7 +333,53 @@ impl<W> ClusterCore<W> {
         if let Some(value) = agree_on {
             state.values.push((node, value));
         }
-        if !alive.is_subset(&state.entered) {
+        self.release_if_complete(name)
+    }
+
+    /// `Ok` for a live member; otherwise why its messages are refused.
+    pub fn check_live(&self, node: NodeId) -> Result<(), MembershipError> {
+        if let Some(&epoch) = self.departed.get(&node) {
+            let name = self.name(node);
+            return Err(MembershipError::Departed { name, epoch });
+        }
+        if self.dead.contains(&node) || !self.joined.contains_key(&node) {
+            return Err(MembershipError::NotLive(node));
+        }
+        Ok(())
+    }
+
+    /// `node` leaves the running cluster after draining its work: a new epoch without it,
+    /// and the barriers it held up are released if every remaining member is in.
+    /// Returns the new epoch and the barrier waiters to answer.
+    pub fn leave(
+        &mut self,
+        node: NodeId,
+    ) -> Result<(u64, Outcome<W, BarrierReleased>), MembershipError> {
+        self.check_live(node)?;
+        self.joined.remove(&node);
+        self.last_seen.remove(&node);
+        self.epoch += 1;
+        self.departed.insert(node, self.epoch);
+        let open: Vec<String> = self.barriers.keys().cloned().collect();
+        let mut released = Vec::new();
+        for name in open {
+            if let Some(state) = self.barriers.get_mut(&name) {
+                state.entered.remove(&node);
+                state.values.retain(|&(n, _)| n != node);
+            }
+            released.extend(self.release_if_complete(&name));
+        }
+        Ok((self.epoch, released))
+    }
+
+    /// Releases (or fails, on disagreement) barrier `name` once every live member entered.
+    fn release_if_complete(&mut self, name: &str) -> Outcome<W, BarrierReleased> {
+        let alive: BTreeSet<NodeId> = self.alive().into_iter().collect();
+        let complete = self
+            .barriers
+            .get(name)
+            .is_some_and(|state| alive.is_subset(&state.entered));
+        if !complete {
             return Vec::new();
         }
         let Some(state) = self.barriers.remove(name) else {
@@ -524,5 +625,71 @@ mod tests {
                 + c.enter_barrier("next", NodeId(2), Some(1), 2).len(),
             3
         );
+    }
+
+    /// Three nodes, `n2` standby: the cluster forms with two; `n2` joins later at once,
+    /// in epoch 1; `n0` leaves in epoch 2 and the barrier it held up is released.
+    #[test]
+    fn a_standby_node_joins_a_formed_cluster_and_a_member_leaves() {
+        let t = Instant::now();
+        let mut c = core3().with_standby([NodeId(2)]);
+        assert_eq!(c.missing(), ["n0", "n1"]);
+        assert!(c.join(join(0), 0, t).is_empty());
+        let formed = c.join(join(1), 1, t);
+        assert_eq!(formed.len(), 2);
+        assert!(c.is_formed());
+        assert_eq!(c.epoch(), 0);
+        assert!(c.missing().is_empty());
+        let late = c.join(join(2), 2, t);
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].1.as_ref().map(Vec::len), Ok(3));
+        assert_eq!(c.epoch(), 1);
+        assert_eq!(c.view().members.len(), 3);
+        // A barrier waits for the newcomer too.
+        assert!(c.enter_barrier("b", NodeId(1), None, 11).is_empty());
+        assert!(c.enter_barrier("b", NodeId(2), None, 12).is_empty());
+        let (epoch, released) = c.leave(NodeId(0)).unwrap();
+        assert_eq!(epoch, 2);
+        assert_eq!(released.len(), 2);
+        assert_eq!(released[0].1.as_ref().unwrap().participants, 2);
+        let view = c.view();
+        assert_eq!(view.epoch, 2);
+        assert_eq!(view.departed, vec![(NodeId(0), 2)]);
+        assert_eq!(
+            view.members.iter().map(|m| m.node.0).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        // The node that left is refused by name, is not judged dead, and may come back.
+        let refused = c.enter_barrier("c", NodeId(0), None, 10);
+        let text = refused[0].1.as_ref().unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "n0 left the cluster at membership epoch 2; its messages are refused"
+        );
+        assert!(c.leave(NodeId(0)).is_err());
+        assert!(c.tick(t + Duration::from_millis(90)).is_empty());
+        assert_eq!(c.join(join(0), 0, t)[0].1.as_ref().map(Vec::len), Ok(3));
+        assert_eq!(c.epoch(), 3);
+        assert!(c.view().departed.is_empty());
+    }
+
+    /// A barrier whose last missing member leaves is checked for agreement like any other.
+    #[test]
+    fn a_leave_that_completes_a_barrier_still_checks_agreement() {
+        let mut c = joined3(Instant::now());
+        assert!(c.enter_barrier("d", NodeId(0), Some(1), 0).is_empty());
+        assert!(c.enter_barrier("d", NodeId(1), Some(2), 1).is_empty());
+        let (_, out) = c.leave(NodeId(2)).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(
+            out.iter()
+                .all(|(_, r)| matches!(r, Err(MembershipError::Disagreement { .. })))
+        );
+        // The leaver's own entry goes with it.
+        assert!(c.enter_barrier("e", NodeId(0), Some(5), 0).is_empty());
+        let (_, out) = c.leave(NodeId(0)).unwrap();
+        assert!(out.is_empty(), "n1 has not entered e");
+        let out = c.enter_barrier("e", NodeId(1), Some(6), 1);
+        assert!(out.iter().all(|(_, r)| r.is_ok()));
     }
 }

@@ -5,7 +5,9 @@
 //! - nodes `Join`, answered once all joined; a node whose join times out asks `JoinStatus`;
 //! - nodes and coordinator `Heartbeat` each other every interval;
 //! - a node silent for `failure_timeout` is declared dead (`PeerDown` to every node);
-//! - barriers complete when every live member entered, and fail if a member dies.
+//! - barriers complete when every live member entered, and fail if a member dies;
+//! - once formed, a standby node may `Join` and a member may `Leave`: each change is a
+//!   new epoch, sent to every member as a `MembershipView`.
 //!
 //! Liveness does not depend on the node's own thread, where roles compute: heartbeats go
 //! from the transport's runtime and any arriving frame counts as a sign of life
@@ -21,8 +23,8 @@ use crate::error::{HandlerError, NodeError};
 use crate::node::Node;
 use actix::prelude::*;
 use petrel_messages::runtime::{
-    BarrierEnter, BarrierRefused, BarrierReleased, BarrierReply, Heartbeat, Join, JoinAck,
-    JoinProgress, JoinStatus, Member, PeerDown, Shutdown,
+    BarrierEnter, BarrierRefused, BarrierReleased, BarrierReply, DrainAndLeave, Heartbeat, Join,
+    JoinAck, JoinProgress, JoinStatus, Leave, LeaveAck, Member, MembershipView, PeerDown, Shutdown,
 };
 use petrel_messages::{ActorId, NodeId, Priority, RemoteMessage};
 use std::collections::BTreeMap;
@@ -44,6 +46,8 @@ pub struct Coordinator {
     beat_to: std::sync::Arc<std::sync::Mutex<Vec<NodeId>>>,
     /// Members that reported their own failure: they are leaving and need no notice.
     leaving: std::collections::BTreeSet<NodeId>,
+    /// The members a scale plan asks to leave, with when after the cluster formed.
+    removals: Vec<(Duration, NodeId)>,
 }
 
 /// Join and barrier waiters share the core's waiter type.
@@ -60,15 +64,37 @@ impl Coordinator {
     pub fn new(
         node: Node,
         expected: BTreeMap<NodeId, String>,
+        standby: Vec<NodeId>,
         heartbeat_interval: Duration,
         failure_timeout: Duration,
     ) -> Self {
         Self {
             node,
-            core: ClusterCore::new(expected, failure_timeout),
+            core: ClusterCore::new(expected, failure_timeout).with_standby(standby),
             heartbeat_interval,
             beat_to: Default::default(),
             leaving: Default::default(),
+            removals: Vec::new(),
+        }
+    }
+
+    /// Asks each of these members to drain and leave at its time after the cluster formed.
+    pub fn with_removals(mut self, removals: Vec<(Duration, NodeId)>) -> Self {
+        self.removals = removals;
+        self
+    }
+
+    /// Starts the timers of the planned removals (once, when the cluster forms).
+    fn schedule_removals(&mut self, ctx: &mut Context<Self>) {
+        for (at, node) in std::mem::take(&mut self.removals) {
+            ctx.run_later(at, move |act, _| {
+                let name = act.core.name(node);
+                tracing::info!(node = %name, "scale plan: asking the node to drain and leave");
+                let ask = DrainAndLeave {
+                    reason: format!("the scale plan removes {name}"),
+                };
+                act.node.tell_control(node, AGENT_ACTOR, ask);
+            });
         }
     }
 
@@ -133,6 +159,19 @@ impl Coordinator {
         }
     }
 
+    /// Sends the current membership to every live member, this node's agent included.
+    fn broadcast_view(&self) {
+        let view = self.core.view();
+        tracing::info!(
+            epoch = view.epoch,
+            members = view.members.len(),
+            "membership changed"
+        );
+        for peer in self.core.alive() {
+            self.node.tell_control(peer, AGENT_ACTOR, view.clone());
+        }
+    }
+
     /// Asks every live node to shut down (`failed_node`: the run failed there).
     pub fn broadcast_shutdown(&self, reason: &str, failed_node: Option<&str>) {
         for peer in self.core.alive() {
@@ -194,17 +233,26 @@ async fn heartbeat_task(
 impl Handler<Msg<Join>> for Coordinator {
     type Result = ResponseFuture<Result<JoinAck, HandlerError>>;
 
-    fn handle(&mut self, msg: Msg<Join>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Msg<Join>, ctx: &mut Context<Self>) -> Self::Result {
         if let Err(e) = check_claim(msg.from, msg.body.node) {
             tracing::warn!(error = %e, name = %msg.body.name, "join refused");
             return Box::pin(async move { Err(HandlerError(e.to_string())) });
         }
         let (tx, rx) = futures::channel::oneshot::channel();
         tracing::debug!(node = %msg.body.name, "join");
+        let before = self.core.epoch();
+        let was_formed = self.core.is_formed();
         Self::settle_join(
             self.core
                 .join(msg.body, WaiterSlot::Join(tx), Instant::now()),
         );
+        let epoch = self.core.epoch();
+        if epoch != before {
+            self.broadcast_view();
+        }
+        if !was_formed && self.core.is_formed() {
+            self.schedule_removals(ctx);
+        }
         // From the moment the cluster forms, even if this node's thread is then busy.
         self.refresh_beat_to();
         let interval = self.heartbeat_interval.as_millis() as u64;
@@ -213,6 +261,7 @@ impl Handler<Msg<Join>> for Coordinator {
                 Ok(Ok(members)) => Ok(JoinAck {
                     members,
                     heartbeat_interval_ms: interval,
+                    epoch,
                 }),
                 Ok(Err(e)) => Err(HandlerError(e.to_string())),
                 Err(_) => Err(HandlerError::new("coordinator stopped")),
@@ -264,6 +313,25 @@ impl Handler<Msg<BarrierEnter>> for Coordinator {
                 reason: e.to_string(),
             }))
         })
+    }
+}
+
+/// A member leaves after draining: a new epoch without it, sent to every member.
+impl Handler<Msg<Leave>> for Coordinator {
+    type Result = Result<LeaveAck, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<Leave>, _: &mut Context<Self>) -> Self::Result {
+        check_claim(msg.from, msg.body.node).map_err(|e| HandlerError(e.to_string()))?;
+        let name = self.core.name(msg.body.node);
+        let (epoch, released) = self
+            .core
+            .leave(msg.body.node)
+            .map_err(|e| HandlerError(e.to_string()))?;
+        tracing::info!(node = %name, epoch, "node left the cluster");
+        Self::settle_barrier(released);
+        self.refresh_beat_to();
+        self.broadcast_view();
+        Ok(LeaveAck { epoch })
     }
 }
 
@@ -441,6 +509,26 @@ impl Handler<Msg<PeerDown>> for NodeAgent {
         // Only the coordinator declares members dead.
         check_claim(msg.from, self.coordinator).map_err(|e| HandlerError(e.to_string()))?;
         self.node.mark_down(msg.body.node, &msg.body.reason);
+        Ok(())
+    }
+}
+
+impl Handler<Msg<MembershipView>> for NodeAgent {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<MembershipView>, _: &mut Context<Self>) -> Self::Result {
+        // Only the coordinator changes the membership.
+        check_claim(msg.from, self.coordinator).map_err(|e| HandlerError(e.to_string()))?;
+        self.node.apply_view(msg.body);
+        Ok(())
+    }
+}
+
+impl Handler<Msg<DrainAndLeave>> for NodeAgent {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<DrainAndLeave>, _: &mut Context<Self>) -> Self::Result {
+        check_claim(msg.from, self.coordinator).map_err(|e| HandlerError(e.to_string()))?;
+        tracing::info!(node = %self.node.name(), reason = %msg.body.reason, "asked to leave");
+        self.node.request_leave();
         Ok(())
     }
 }

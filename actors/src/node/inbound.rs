@@ -27,6 +27,8 @@ pub(super) enum DeliveryError {
     Mailbox(#[from] MailboxError),
     #[error(transparent)]
     Handler(#[from] HandlerError),
+    #[error("{name} left the cluster at membership epoch {epoch}; its messages are refused")]
+    Departed { name: String, epoch: u64 },
     #[error("no actor {actor} accepting {msg_type} on {node}")]
     NoActor {
         actor: String,
@@ -187,6 +189,16 @@ impl Node {
                     EnvelopeKind::Ask { request_id } => Some(request_id),
                     _ => None,
                 };
+                // A node that left drained first: what it sends now comes from an old epoch.
+                if let Some(epoch) = self.departed_at(h.from) {
+                    let name = self.peer_name(h.from);
+                    tracing::warn!(node = %self.inner.name, from = %name, epoch, msg_type = %h.msg_type, "message from a node that left the cluster; refused");
+                    if let Some(id) = request_id {
+                        let refused = DeliveryError::Departed { name, epoch };
+                        self.reply(h.from, &h.msg_type, h.priority, Err(refused), id);
+                    }
+                    return None;
+                }
                 let dispatch = self.inner.actors.read().ok().and_then(|a| {
                     a.get(&h.actor)
                         .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())

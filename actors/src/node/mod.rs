@@ -2,6 +2,7 @@
 //! requests and peer failures; `inbound.rs` holds the receiving side.
 
 mod inbound;
+mod membership;
 mod observe;
 
 use inbound::DispatchFn;
@@ -33,6 +34,8 @@ pub enum PeerEvent {
         /// Why it is considered down.
         reason: String,
     },
+    /// The membership changed: a node joined the running cluster or left it.
+    Membership(petrel_messages::runtime::MembershipView),
     /// The coordinator asked the cluster to stop; `failed_node` is set when the run failed.
     Shutdown {
         /// Why.
@@ -69,6 +72,7 @@ struct NodeInner {
     events: broadcast::Sender<PeerEvent>,
     default_timeout: Duration,
     observe: observe::NodeObserve,
+    membership: membership::Membership,
 }
 
 /// A handle to this process's node. Cheap to clone.
@@ -107,6 +111,7 @@ impl Node {
                 events,
                 default_timeout,
                 observe: Default::default(),
+                membership: Default::default(),
             }),
         };
         let weak = Arc::downgrade(&node.inner);
@@ -346,8 +351,15 @@ impl Node {
         });
     }
 
-    /// The error of a send to `target`, whose node is down.
+    /// The error of a send to `target`, whose node is down or left.
     fn peer_down(&self, target: &ActorId) -> AskError {
+        if let Some(epoch) = self.departed_at(target.node) {
+            return AskError::PeerLeft {
+                name: self.peer_name(target.node),
+                actor: target.name.clone(),
+                epoch,
+            };
+        }
         AskError::PeerDown {
             node: target.node,
             name: self.peer_name(target.node),
@@ -405,7 +417,7 @@ impl Node {
         priority: Priority,
         frame: impl FnOnce(&EnvelopeHeader) -> Result<Vec<bytes::Bytes>, CodecError>,
     ) -> Result<(), AskError> {
-        if self.is_down(target.node) {
+        if self.is_down(target.node) || self.departed_at(target.node).is_some() {
             return Err(self.peer_down(target));
         }
         let frame = frame(&self.header(target, msg_type, priority, EnvelopeKind::Tell))?;
@@ -439,7 +451,7 @@ impl Node {
             );
         }
         // Checked after registering, so a death racing with this call still fails it.
-        if self.is_down(target.node) {
+        if self.is_down(target.node) || self.departed_at(target.node).is_some() {
             self.forget(request_id);
             return Err(self.peer_down(target));
         }
