@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const TASKS: u64 = 300;
+const TASKS: u64 = 400;
 const TASK_TIME: Duration = Duration::from_millis(10);
 
 /// A worker asks for work, returning its last result; `leaving` asks for none.

@@ -749,6 +749,9 @@ fn create_private_dir(dir: &Path) -> Result<(), LaunchError> {
 /// A launched cluster whose nodes are running.
 pub struct Running {
     children: Vec<(String, Child)>,
+    /// Standby nodes the scale plan starts later: when, after the launch, and their index.
+    standby: Vec<(Duration, usize)>,
+    spawner: NodeSpawner,
     /// Where each node serves `/metrics`, by node name.
     metrics: Vec<(String, String)>,
     /// Roles of each node (for error messages), by node name.
@@ -840,33 +843,37 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         }
         None => ProgressBar::hidden(),
     };
+    let spawner = NodeSpawner {
+        child: opts.child.clone(),
+        config: resolved,
+        run_dir: run_dir.clone(),
+        netns: names
+            .iter()
+            .enumerate()
+            .map(|(i, _)| hosts.as_ref().map(|h| h.host_ns(i)))
+            .collect(),
+        job: job.clone(),
+        bar: bar.clone(),
+    };
+    // Standby nodes start when the scale plan adds them, if it does.
+    let plan = settings.scale_plan()?;
+    let mut standby = Vec::new();
     let mut children: Vec<(String, Child)> = Vec::new();
     let mut relays = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let netns = hosts.as_ref().map(|h| h.host_ns(i));
-        let mut cmd = opts.child.command(name, &resolved, netns.as_deref());
-        cmd.env(LAUNCH_DIR_ENV, &run_dir);
-        // Nodes report their points for the bar only when there is one.
-        match job {
-            Some(_) => cmd.env(REPORTS_ENV, "1"),
-            None => cmd.env_remove(REPORTS_ENV),
-        };
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        die_with_parent(&mut cmd);
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+    for (i, spec) in settings.nodes.iter().enumerate() {
+        if spec.standby {
+            if let Some((at, _)) = plan.added().find(|(_, n)| *n == spec.name) {
+                standby.push((at, i));
+            }
+            continue;
+        }
+        match spawner.spawn(i, &spec.name, &mut relays) {
+            Ok(child) => children.push((spec.name.clone(), child)),
             Err(e) => {
                 stop_all(&mut children).await;
-                return Err(e.into());
+                return Err(e);
             }
-        };
-        relays.extend(forward(name, child.stdout.take(), bar.clone(), Stream::Out));
-        let logs = Stream::Err(job.clone());
-        relays.extend(forward(name, child.stderr.take(), bar.clone(), logs));
-        children.push((name.clone(), child));
+        }
     }
     tracing::debug!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
     let roles = settings
@@ -876,6 +883,8 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         .collect();
     Ok(Running {
         children,
+        standby,
+        spawner,
         metrics,
         roles,
         started: Instant::now(),
@@ -885,6 +894,46 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         relays,
         job,
     })
+}
+
+/// Starts node processes: now for the cluster, later for standby nodes a plan adds.
+struct NodeSpawner {
+    child: ChildCommand,
+    config: PathBuf,
+    run_dir: PathBuf,
+    /// The network namespace of each node, by index, when on emulated hosts.
+    netns: Vec<Option<String>>,
+    job: Option<SharedProgress>,
+    bar: ProgressBar,
+}
+
+impl NodeSpawner {
+    /// Starts node `i`, relaying its output.
+    fn spawn(&self, i: usize, name: &str, relays: &mut Vec<Relay>) -> Result<Child, LaunchError> {
+        let netns = self.netns.get(i).cloned().flatten();
+        let mut cmd = self.child.command(name, &self.config, netns.as_deref());
+        cmd.env(LAUNCH_DIR_ENV, &self.run_dir);
+        // Nodes report their points for the bar only when there is one.
+        match self.job {
+            Some(_) => cmd.env(REPORTS_ENV, "1"),
+            None => cmd.env_remove(REPORTS_ENV),
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn()?;
+        relays.extend(forward(
+            name,
+            child.stdout.take(),
+            self.bar.clone(),
+            Stream::Out,
+        ));
+        let logs = Stream::Err(self.job.clone());
+        relays.extend(forward(name, child.stderr.take(), self.bar.clone(), logs));
+        Ok(child)
+    }
 }
 
 /// Each child gets its own process group and, on Linux, SIGKILL when the launcher dies.
@@ -923,6 +972,22 @@ impl Running {
         &self.metrics
     }
 
+    /// Starts the standby nodes whose time in the scale plan has come.
+    fn start_due_standby(&mut self) -> Result<(), LaunchError> {
+        let elapsed = self.started.elapsed();
+        let (due, later) = self.standby.iter().partition(|(at, _)| *at <= elapsed);
+        self.standby = later;
+        for (_, i) in due {
+            let Some((name, _)) = self.roles.get(i).cloned() else {
+                continue;
+            };
+            tracing::info!(node = %name, "scale plan: starting a standby node");
+            let child = self.spawner.spawn(i, &name, &mut self.relays)?;
+            self.children.push((name, child));
+        }
+        Ok(())
+    }
+
     /// Waits for every node; stops all at the first failure (naming its root), a signal or timeout.
     pub async fn wait(mut self, timeout: Option<Duration>) -> Result<LaunchReport, LaunchError> {
         let deadline = timeout.map(|t| self.started + t);
@@ -934,6 +999,9 @@ impl Running {
         let signal = wait_for_signal();
         tokio::pin!(signal);
         let outcome = loop {
+            if let Err(e) = self.start_due_standby() {
+                break Err(e);
+            }
             for (name, child) in &mut self.children {
                 if finished.iter().any(|(n, _)| n == name) || failed.iter().any(|f| &f.0 == name) {
                     continue;
@@ -967,6 +1035,10 @@ impl Running {
                 break Err(node_failure(&self.run_dir, &self.roles, name, status));
             }
             if finished.len() == self.children.len() {
+                for (at, i) in self.standby.drain(..) {
+                    let name = self.roles.get(i).map_or("?", |(n, _)| n.as_str());
+                    tracing::info!(node = %name, at = ?at, "the job finished before the scale plan started this node");
+                }
                 break Ok(());
             }
             if deadline.is_some_and(|d| Instant::now() > d) {

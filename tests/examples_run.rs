@@ -148,3 +148,40 @@ fn a_launched_program_logs_by_default() {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains(" INFO "), "no log line in:\n{stderr}");
 }
+
+/// The elastic example's standby worker joins the running job and a worker drains and
+/// leaves, as threads and as processes: every task is counted once, the newcomer and the
+/// leaver both did some, and the membership went through two epochs.
+#[test]
+fn elastic_example_survives_a_join_and_a_leave_both_ways() {
+    let expected: u64 = (0..400u64).map(|t| t * t).sum();
+    for mode in ["--in-process", "--processes"] {
+        let (out, err) = run_example("elastic", &[mode]);
+        assert!(err.trim().is_empty(), "elastic {mode} logged:\n{err}");
+        let sum_line = format!("dealer: 400 tasks, sum {expected} (expected {expected})");
+        assert!(out.lines().any(|l| l == sum_line), "elastic {mode}:\n{out}");
+        let shares = out
+            .lines()
+            .find_map(|l| l.strip_prefix("dealer: tasks by worker: "))
+            .unwrap_or_else(|| panic!("elastic {mode}: no shares in:\n{out}"));
+        for worker in ["w0", "w1", "w2"] {
+            let done: u64 = shares
+                .split(", ")
+                .find_map(|s| s.strip_prefix(&format!("{worker}=")))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            assert!(done > 0, "elastic {mode}: {worker} did no task: {shares}");
+        }
+        for line in [
+            "dealer: epoch 1: members boss, w0, w1, w2",
+            "dealer: epoch 2: members boss, w1, w2",
+            "w0: drained; leaving",
+            "dealer: final membership epoch 2",
+        ] {
+            assert!(
+                out.lines().any(|l| l == line),
+                "elastic {mode}: no {line:?}:\n{out}"
+            );
+        }
+    }
+}

@@ -19,7 +19,7 @@ use petrel_messages::{ActorId, NodeId, Priority};
 use petrel_net::{ClusterCredentials, MemoryHub, Net, PeerAddr};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why a role failed: any error, `source()` chain intact ([`crate::error::error_chain`]).
@@ -313,26 +313,40 @@ impl Cluster {
                 .find(|(_, n)| *n == spec.name)
                 .map(|(at, _)| at),
         };
-        let handles: Vec<_> = this
-            .settings
-            .nodes
-            .iter()
-            .zip(wiring)
-            .filter_map(|(spec, wiring)| Some((spec, wiring, start_after(spec)?)))
-            .map(|(spec, wiring, after)| {
-                let cluster = this.clone();
-                let name = spec.name.clone();
-                std::thread::Builder::new()
-                    .name(format!("petrel-{name}"))
-                    .spawn(move || {
-                        std::thread::sleep(after);
-                        cluster.run_node(&name, wiring)
-                    })
-            })
-            .collect::<Result<_, _>>()?;
+        let gate = Arc::new(StandbyGate::default());
+        let mut standby = Vec::new();
+        let mut handles = Vec::new();
+        for (spec, wiring) in this.settings.nodes.iter().zip(wiring) {
+            let Some(after) = start_after(spec) else {
+                continue;
+            };
+            let cluster = this.clone();
+            let name = spec.name.clone();
+            let gate = gate.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("petrel-{name}"))
+                .spawn(move || {
+                    if !gate.wait(after) {
+                        tracing::info!(node = %name, "the job finished before the scale plan started this node");
+                        return Ok(());
+                    }
+                    cluster.run_node(&name, wiring)
+                })?;
+            match spec.standby {
+                true => standby.push(handle),
+                false => handles.push(handle),
+            }
+        }
         // Report the root cause: a node's own failure, not the "peer failed" it caused.
         let mut errors = Vec::new();
-        for h in handles {
+        // Standby nodes are waited for last: those not started once the others are done
+        // are not started at all.
+        let closing = handles.len();
+        let handles = handles.into_iter().chain(standby).enumerate();
+        for (i, h) in handles {
+            if i == closing {
+                gate.close();
+            }
             let panicked = || Err(NodeError::Config("node thread panicked".into()));
             if let Err(e) = h.join().unwrap_or_else(|_| panicked()) {
                 errors.push(e);
@@ -606,6 +620,37 @@ impl Cluster {
             },
             coordinator_addr,
         ))
+    }
+}
+
+/// Holds standby nodes of an in-process cluster until their time, or until the cluster's
+/// own nodes are done (then they do not start).
+#[derive(Default)]
+struct StandbyGate {
+    closed: Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl StandbyGate {
+    /// Waits `after`; false if the gate closed first.
+    fn wait(&self, after: Duration) -> bool {
+        let Ok(closed) = self.closed.lock() else {
+            return false;
+        };
+        match self
+            .changed
+            .wait_timeout_while(closed, after, |closed| !*closed)
+        {
+            Ok((closed, _)) => !*closed,
+            Err(_) => false,
+        }
+    }
+
+    fn close(&self) {
+        if let Ok(mut closed) = self.closed.lock() {
+            *closed = true;
+        }
+        self.changed.notify_all();
     }
 }
 
