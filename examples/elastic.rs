@@ -12,9 +12,15 @@
 //!
 //! On hosts of your own, start `w2` by hand (`--node w2 --config cluster.toml`) whenever
 //! it should join; ask a node to leave with the scale plan.
+//!
+//! The cluster runs with `on_node_death = "leave"`: a worker that dies counts as having
+//! left, and the dealer hands its unfinished task to the others. `--crash-after N` makes
+//! `w1` abort after N tasks, to see it (`--processes`: the other processes carry on).
 
 use actix::prelude::*;
-use petrel::actors::{Cluster, HandlerError, Msg, NodeContext, NodeError, PeerEvent, Topology};
+use petrel::actors::{
+    Cluster, HandlerError, Msg, NodeContext, NodeError, OnNodeDeath, PeerEvent, Topology,
+};
 use petrel::launcher::{LaunchArgs, LaunchError, launch};
 use petrel::messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
@@ -41,6 +47,10 @@ remote_message!(NextTask => Task, "example.next_task");
 #[derive(Default)]
 struct Dealer {
     next: u64,
+    /// Tasks handed to a member that left before returning them.
+    requeued: Vec<u64>,
+    /// Who holds each task handed out and not yet returned.
+    leases: BTreeMap<u64, String>,
     results: BTreeMap<u64, u64>,
     by_worker: BTreeMap<String, u64>,
     finished: Option<futures::channel::oneshot::Sender<Dealer>>,
@@ -55,10 +65,11 @@ impl Handler<Msg<NextTask>> for Dealer {
     fn handle(&mut self, msg: Msg<NextTask>, _: &mut Context<Self>) -> Self::Result {
         let ask = msg.body;
         // A result is kept once, whoever sends it.
-        if let Some((id, value)) = ask.done
-            && self.results.insert(id, value).is_none()
-        {
-            *self.by_worker.entry(ask.worker).or_default() += 1;
+        if let Some((id, value)) = ask.done {
+            self.leases.remove(&id);
+            if self.results.insert(id, value).is_none() {
+                *self.by_worker.entry(ask.worker.clone()).or_default() += 1;
+            }
         }
         if self.results.len() as u64 == TASKS
             && let Some(done) = self.finished.take()
@@ -69,11 +80,41 @@ impl Handler<Msg<NextTask>> for Dealer {
                 ..Default::default()
             });
         }
-        let id = (!ask.leaving && self.next < TASKS).then(|| {
-            self.next += 1;
-            self.next - 1
+        if ask.leaving {
+            return Ok(Task { id: None });
+        }
+        let id = self.requeued.pop().or_else(|| {
+            (self.next < TASKS).then(|| {
+                self.next += 1;
+                self.next - 1
+            })
         });
+        if let Some(id) = id {
+            self.leases.insert(id, ask.worker);
+        }
         Ok(Task { id })
+    }
+}
+
+/// Members that left: their leased tasks go back to the queue.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Departed(Vec<String>);
+
+impl Handler<Departed> for Dealer {
+    type Result = ();
+    fn handle(&mut self, msg: Departed, _: &mut Context<Self>) {
+        let lost: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, worker)| msg.0.contains(worker))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in lost {
+            self.leases.remove(&id);
+            println!("dealer: task {id} handed back from a member that left");
+            self.requeued.push(id);
+        }
     }
 }
 
@@ -83,8 +124,9 @@ async fn dealer_role(ctx: NodeContext) -> Result<(), NodeError> {
         finished: Some(tx),
         ..Default::default()
     };
+    let addr = dealer.start();
     ctx.node
-        .register("dealer", dealer.start())?
+        .register("dealer", addr.clone())?
         .accept::<NextTask>();
     let mut events = ctx.node.subscribe();
     let watch = async {
@@ -92,6 +134,8 @@ async fn dealer_role(ctx: NodeContext) -> Result<(), NodeError> {
             if let PeerEvent::Membership(view) = event {
                 let names: Vec<_> = view.members.iter().map(|m| m.name.as_str()).collect();
                 println!("dealer: epoch {}: members {}", view.epoch, names.join(", "));
+                let departed = view.departed.iter().map(|&(n, _)| ctx.node.peer_name(n));
+                addr.do_send(Departed(departed.collect()));
             }
         }
     };
@@ -111,13 +155,21 @@ async fn dealer_role(ctx: NodeContext) -> Result<(), NodeError> {
         done.results.len()
     );
     println!("dealer: tasks by worker: {}", shares.join(", "));
-    println!("dealer: final membership epoch {}", ctx.node.view().epoch);
+    let view = ctx.node.view();
+    let members: Vec<_> = view.members.iter().map(|m| m.name.as_str()).collect();
+    println!(
+        "dealer: final members {} (epoch {})",
+        members.join(", "),
+        view.epoch
+    );
     Ok(())
 }
 
-async fn worker_role(ctx: NodeContext) -> Result<(), NodeError> {
+async fn worker_role(ctx: NodeContext, crash_after: Option<u64>) -> Result<(), NodeError> {
     let dealer = ctx.node.actor_at::<NextTask>("boss", "dealer")?;
     let worker = ctx.node.name().to_string();
+    let crash_after = crash_after.filter(|_| worker == "w1");
+    let mut tasks = 0;
     let mut done = None;
     let mut attempts = 0;
     loop {
@@ -148,23 +200,41 @@ async fn worker_role(ctx: NodeContext) -> Result<(), NodeError> {
         }
         let Some(id) = task.id else { return Ok(()) };
         tokio::time::sleep(TASK_TIME).await;
+        tasks += 1;
+        if crash_after == Some(tasks) {
+            println!("{worker}: crashing with task {id} unreturned");
+            std::process::abort();
+        }
         done = Some((id, id * id));
     }
 }
 
+/// The launch flags and the example's own.
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    launch: LaunchArgs,
+    /// `w1` aborts its process after this many tasks (every node reads the flag).
+    #[arg(long)]
+    crash_after: Option<u64>,
+}
+
 fn main() -> Result<(), LaunchError> {
-    let args = LaunchArgs::from_env();
+    let cli = <Cli as clap::Parser>::parse();
     let settings = Topology::builder("elastic")
         .node("boss", &["dealer"])
         .node("w0", &["worker"])
         .node("w1", &["worker"])
         .standby_node("w2", &["worker"])
-        .with(|s| s.cluster.scale = Some("at=300ms add w2; at=600ms remove w0".into()))
+        .with(|s| {
+            s.cluster.scale = Some("at=300ms add w2; at=600ms remove w0".into());
+            s.cluster.on_node_death = OnNodeDeath::Leave;
+        })
         .build()?;
     let cluster = Cluster::new(settings)
         .role("dealer", dealer_role)
-        .role("worker", worker_role);
-    let launched = launch(&cluster, &args)?;
+        .role("worker", move |ctx| worker_role(ctx, cli.crash_after));
+    let launched = launch(&cluster, &cli.launch)?;
     if !launched.runs_one_node() {
         println!("done");
     }

@@ -751,6 +751,8 @@ pub struct Running {
     children: Vec<(String, Child)>,
     /// Standby nodes the scale plan starts later: when, after the launch, and their index.
     standby: Vec<(Duration, usize)>,
+    /// A node killed by a signal has left the job (`on_node_death = "leave"`).
+    death_is_leave: bool,
     spawner: NodeSpawner,
     /// Where each node serves `/metrics`, by node name.
     metrics: Vec<(String, String)>,
@@ -884,6 +886,7 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
     Ok(Running {
         children,
         standby,
+        death_is_leave: settings.cluster.on_node_death == petrel_actors::OnNodeDeath::Leave,
         spawner,
         metrics,
         roles,
@@ -995,6 +998,8 @@ impl Running {
         // Nodes that exited non-zero: (name, status, stopped only because of a peer).
         let mut failed: Vec<(String, String, bool)> = Vec::new();
         let mut first_failure_at: Option<Instant> = None;
+        // Nodes killed under `on_node_death = "leave"`.
+        let mut lost: Vec<String> = Vec::new();
         let mut peaks: BTreeMap<String, NodePeak> = BTreeMap::new();
         let signal = wait_for_signal();
         tokio::pin!(signal);
@@ -1003,7 +1008,10 @@ impl Running {
                 break Err(e);
             }
             for (name, child) in &mut self.children {
-                if finished.iter().any(|(n, _)| n == name) || failed.iter().any(|f| &f.0 == name) {
+                let exited = finished.iter().any(|(n, _)| n == name)
+                    || failed.iter().any(|f| &f.0 == name)
+                    || lost.contains(name);
+                if exited {
                     continue;
                 }
                 // VmHWM only grows: the last reading is the peak but for the last 50 ms.
@@ -1022,6 +1030,10 @@ impl Running {
                         if let Some(job) = &self.job {
                             lock(job).node_finished();
                         }
+                    } else if self.death_is_leave && status.code().is_none() {
+                        // Killed: under `on_node_death = "leave"` the others carry on.
+                        tracing::warn!(node = %name, %status, "node died; the job carries on without it");
+                        lost.push(name.clone());
                     } else {
                         let follower = status.code() == Some(i32::from(STOPPED_BY_PEER));
                         failed.push((name.clone(), status.to_string(), follower));
@@ -1034,7 +1046,7 @@ impl Running {
             if let Some((name, status, _)) = root.or(failed.first().filter(|_| waited_enough)) {
                 break Err(node_failure(&self.run_dir, &self.roles, name, status));
             }
-            if finished.len() == self.children.len() {
+            if finished.len() + lost.len() == self.children.len() {
                 for (at, i) in self.standby.drain(..) {
                     let name = self.roles.get(i).map_or("?", |(n, _)| n.as_str());
                     tracing::info!(node = %name, at = ?at, "the job finished before the scale plan started this node");

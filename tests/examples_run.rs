@@ -151,7 +151,7 @@ fn a_launched_program_logs_by_default() {
 
 /// The elastic example's standby worker joins the running job and a worker drains and
 /// leaves, as threads and as processes: every task is counted once, the newcomer and the
-/// leaver both did some, and the membership went through two epochs.
+/// leaver both did some, and the final members are the ones left.
 #[test]
 fn elastic_example_survives_a_join_and_a_leave_both_ways() {
     let expected: u64 = (0..400u64).map(|t| t * t).sum();
@@ -172,16 +172,46 @@ fn elastic_example_survives_a_join_and_a_leave_both_ways() {
                 .unwrap_or(0);
             assert!(done > 0, "elastic {mode}: {worker} did no task: {shares}");
         }
-        for line in [
-            "dealer: epoch 1: members boss, w0, w1, w2",
-            "dealer: epoch 2: members boss, w1, w2",
-            "w0: drained; leaving",
-            "dealer: final membership epoch 2",
-        ] {
+        // On a loaded machine the standby node may start before the cluster formed, and
+        // then joins with it: the epochs differ, the final members do not.
+        for line in ["w0: drained; leaving", "dealer: final members boss, w1, w2"] {
             assert!(
-                out.lines().any(|l| l == line),
+                out.lines().any(|l| l.starts_with(line)),
                 "elastic {mode}: no {line:?}:\n{out}"
             );
         }
     }
+}
+
+/// Under `on_node_death = "leave"`, a worker process that aborts mid-task counts as having
+/// left: the dealer hands its task to the others and the job ends with every task once.
+#[test]
+fn elastic_example_hands_a_dead_workers_task_to_the_others() {
+    let expected: u64 = (0..400u64).map(|t| t * t).sum();
+    let (out, err) = run_example("elastic", &["--processes", "--crash-after", "20"]);
+    let sum_line = format!("dealer: 400 tasks, sum {expected} (expected {expected})");
+    assert!(out.lines().any(|l| l == sum_line), "{out}\n{err}");
+    assert!(
+        out.lines().any(|l| l.starts_with("w1: crashing with task")),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("dealer: task ")
+            && l.ends_with(" handed back from a member that left")),
+        "{out}"
+    );
+    assert!(out.contains("w1=20") || out.contains("w1=19"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("dealer: final members boss, w2 ")),
+        "{out}"
+    );
+    assert!(
+        err.contains("node died; the job carries on without it"),
+        "{err}"
+    );
+    assert!(
+        err.contains("member died; the job carries on without it"),
+        "{err}"
+    );
 }

@@ -36,8 +36,8 @@ pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent, Registration};
 pub use petrel_messages::PriorityQueue;
 pub use settings::{
-    AppSections, ClusterSettings, JobTransport, NodeSpec, Settings, Transport, flag_defaults,
-    validate_node_name,
+    AppSections, ClusterSettings, JobTransport, NodeSpec, OnNodeDeath, Settings, Transport,
+    flag_defaults, validate_node_name,
 };
 pub use topology::{Cluster, NodeContext, RoleError, RoleFuture, Topology, Wiring, lazy_job};
 

@@ -32,6 +32,19 @@ pub enum JobTransport {
     Processes,
 }
 
+/// What the cluster does when a member dies (is silent for `failure_timeout_ms`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OnNodeDeath {
+    /// The run fails on every node, naming the dead one (and `--max-restarts` restarts it
+    /// from the newest checkpoint).
+    #[default]
+    Fail,
+    /// The dead node is taken as having left: a new membership epoch without it, and the
+    /// others carry on. For jobs that hand a departed member's work to the others.
+    Leave,
+}
+
 impl JobTransport {
     /// The transport between the nodes.
     pub fn cluster_transport(self) -> Transport {
@@ -96,6 +109,7 @@ macro_rules! choice_text {
 }
 choice_text!(Transport, "transport");
 choice_text!(JobTransport, "job transport");
+choice_text!(OnNodeDeath, "on_node_death");
 
 /// `[cluster]`: the cluster's name, coordinator, certificates, transport and timeouts. An
 /// unknown key is rejected when the settings are read, naming it.
@@ -125,6 +139,8 @@ pub struct ClusterSettings {
     /// and the coordinator asks the removed members to drain and leave.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale: Option<String>,
+    /// What a member's death does: `fail` the run (default) or count as a `leave`.
+    pub on_node_death: OnNodeDeath,
 }
 
 impl Default for ClusterSettings {
@@ -139,6 +155,7 @@ impl Default for ClusterSettings {
             request_timeout_ms: 30_000,
             join_timeout_ms: 30_000,
             scale: None,
+            on_node_death: OnNodeDeath::Fail,
         }
     }
 }

@@ -574,8 +574,10 @@ impl Cluster {
                 .removed()
                 .filter_map(|(at, name)| Some((at, NodeId(s.node_index(name)? as u32))))
                 .collect();
+            let death_is_leave = s.cluster.on_node_death == crate::settings::OnNodeDeath::Leave;
             let addr = Coordinator::new(node.clone(), expected, standby, hb, timeout)
                 .with_removals(removals)
+                .with_death_as_leave(death_is_leave)
                 .start();
             node.register(COORDINATOR_ACTOR, addr.clone())?
                 .accept::<Join>()

@@ -48,6 +48,8 @@ pub struct Coordinator {
     leaving: std::collections::BTreeSet<NodeId>,
     /// The members a scale plan asks to leave, with when after the cluster formed.
     removals: Vec<(Duration, NodeId)>,
+    /// A dead member counts as having left (`on_node_death = "leave"`), not as a failure.
+    death_is_leave: bool,
 }
 
 /// Join and barrier waiters share the core's waiter type.
@@ -75,7 +77,14 @@ impl Coordinator {
             beat_to: Default::default(),
             leaving: Default::default(),
             removals: Vec::new(),
+            death_is_leave: false,
         }
+    }
+
+    /// A member found dead leaves the cluster instead of failing the run.
+    pub fn with_death_as_leave(mut self, death_is_leave: bool) -> Self {
+        self.death_is_leave = death_is_leave;
+        self
     }
 
     /// Asks each of these members to drain and leave at its time after the cluster formed.
@@ -133,6 +142,14 @@ impl Coordinator {
                     "; {} had disconnected it for frames that held inbound budget without progressing",
                     self.node.name()
                 ));
+            }
+            if self.death_is_leave
+                && let Ok((epoch, released)) = self.core.leave(dead)
+            {
+                tracing::warn!(node = %name, epoch, %reason, "member died; the job carries on without it (on_node_death = leave)");
+                Self::settle_barrier(released);
+                self.broadcast_view();
+                continue;
             }
             Self::settle_barrier(self.core.mark_dead(dead));
             self.node.mark_down(dead, &reason);

@@ -192,7 +192,12 @@ impl Node {
                 // A node that left drained first: what it sends now comes from an old epoch.
                 if let Some(epoch) = self.departed_at(h.from) {
                     let name = self.peer_name(h.from);
-                    tracing::warn!(node = %self.inner.name, from = %name, epoch, msg_type = %h.msg_type, "message from a node that left the cluster; refused");
+                    // The runtime's own stragglers (a last heartbeat) are expected.
+                    if h.msg_type.starts_with("petrel.") {
+                        tracing::debug!(node = %self.inner.name, from = %name, epoch, msg_type = %h.msg_type, "runtime message from a node that left the cluster; refused");
+                    } else {
+                        tracing::warn!(node = %self.inner.name, from = %name, epoch, msg_type = %h.msg_type, "message from a node that left the cluster; refused");
+                    }
                     if let Some(id) = request_id {
                         let refused = DeliveryError::Departed { name, epoch };
                         self.reply(h.from, &h.msg_type, h.priority, Err(refused), id);
