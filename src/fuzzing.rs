@@ -44,6 +44,9 @@ pub fn wire_messages(data: &[u8]) {
     body::<PeerDown>(data);
     body::<Shutdown>(data);
     body::<BarrierEnter>(data);
+    body::<petrel_messages::runtime::Leave>(data);
+    body::<petrel_messages::runtime::MembershipView>(data);
+    body::<petrel_messages::runtime::DrainAndLeave>(data);
     let _ = decode_body::<petrel_messages::runtime::BarrierReply>("barrier-reply", data);
     let _ = decode_body::<petrel_messages::runtime::JoinAck>("join-ack", data);
     if let Ok(t) = decode_body::<Tensor>("tensor", data) {

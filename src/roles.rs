@@ -23,6 +23,8 @@ pub fn builtin(settings: Settings) -> Cluster {
     cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
     cluster = petrel_strads::apps::logistic::register(cluster);
+    // The built-in apps deal their work to the members the job started with.
+    cluster = cluster.registered_roles_need_fixed_membership();
     match EXTRA.get() {
         Some(register) => register(cluster),
         None => cluster,

@@ -288,3 +288,48 @@ fn a_megabyte_long_bad_value_is_quoted_in_at_most_200_bytes() {
     );
     assert!(!stderr.contains(&"x".repeat(201)), "{start}");
 }
+
+/// The built-in roles deal their work to the members a job starts with: a standby node, a
+/// scale plan or `on_node_death = "leave"` is refused before any node starts, and so is a
+/// plan that does not fit the cluster.
+#[test]
+fn membership_changes_are_refused_for_the_builtin_roles_and_bad_plans_for_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let standby = DEMO.replace(
+        "roles = [\"demo-worker\"]\n",
+        "roles = [\"demo-worker\"]\n[[nodes]]\nname = \"w2\"\naddr = \"127.0.0.1:0\"\nroles = [\"demo-worker\"]\nstandby = true\n",
+    );
+    std::fs::write(d.join("standby.toml"), standby).unwrap();
+    let plan = |p: &str| {
+        DEMO.replace(
+            "name = \"demo\"\n",
+            &format!("name = \"demo\"\nscale = \"{p}\"\n"),
+        )
+    };
+    std::fs::write(d.join("plan.toml"), plan("at=1s remove w1")).unwrap();
+    std::fs::write(d.join("badplan.toml"), plan("at=1s add w7")).unwrap();
+    std::fs::write(
+        d.join("leave.toml"),
+        DEMO.replace(
+            "name = \"demo\"\n",
+            "name = \"demo\"\non_node_death = \"leave\"\n",
+        ),
+    )
+    .unwrap();
+    let fixed = "keeps the membership fixed";
+    refused(
+        &["run", "standby.toml"],
+        &[],
+        d,
+        "node w2 runs role demo-worker, which keeps the membership fixed",
+    );
+    refused(&["run", "plan.toml"], &[], d, fixed);
+    refused(&["run", "leave.toml"], &[], d, fixed);
+    refused(
+        &["run", "badplan.toml"],
+        &[],
+        d,
+        "add w7: no standby node of that name or role",
+    );
+}

@@ -166,6 +166,8 @@ pub struct Cluster {
     roles: HashMap<String, RoleFn>,
     /// `[app.<section>]` readers registered by the apps, run before any node starts.
     app_sections: BTreeMap<String, SectionCheck>,
+    /// Roles written for a membership fixed at the start (no standby, no leaves).
+    fixed_membership: std::collections::BTreeSet<String>,
 }
 
 type SectionCheck = Arc<dyn Fn(&Settings) -> Result<(), NodeError> + Send + Sync>;
@@ -186,6 +188,7 @@ impl Cluster {
             settings: Arc::new(settings),
             roles: HashMap::new(),
             app_sections: BTreeMap::new(),
+            fixed_membership: Default::default(),
         }
     }
 
@@ -254,6 +257,7 @@ impl Cluster {
             settings: Arc::new(settings),
             roles: self.roles.clone(),
             app_sections: self.app_sections.clone(),
+            fixed_membership: self.fixed_membership.clone(),
         }
     }
 
@@ -273,11 +277,29 @@ impl Cluster {
         self
     }
 
+    /// Marks every role registered so far as written for a fixed membership: settings
+    /// that run one with a standby node, a scale plan or `on_node_death = "leave"` are
+    /// refused before any node starts.
+    pub fn registered_roles_need_fixed_membership(mut self) -> Self {
+        self.fixed_membership.extend(self.roles.keys().cloned());
+        self
+    }
+
     fn check_roles(&self) -> Result<(), NodeError> {
+        let cluster = &self.settings.cluster;
+        let elastic =
+            cluster.scale.is_some() || cluster.on_node_death == crate::settings::OnNodeDeath::Leave;
         for n in &self.settings.nodes {
             for r in &n.roles {
                 if !self.roles.contains_key(r) {
                     let why = format!("node {} lists unknown role {r}", n.name);
+                    return Err(NodeError::Config(why));
+                }
+                if self.fixed_membership.contains(r) && (elastic || n.standby) {
+                    let why = format!(
+                        "node {} runs role {r}, which keeps the membership fixed: standby nodes, [cluster] scale and on_node_death = \"leave\" are for roles written to handle joins and leaves",
+                        n.name
+                    );
                     return Err(NodeError::Config(why));
                 }
             }
