@@ -6,12 +6,17 @@
 
 use crate::common;
 
-use common::{example_binary, read_all, wait_with_deadline};
+use common::{child_process, example_binary, read_all, signal, wait_with_deadline};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Runs example `name` with `args`; returns its standard output and standard error.
 fn run_example(name: &str, args: &[&str]) -> (String, String) {
+    run_example_with(name, args, |_| {})
+}
+
+/// [`run_example`], calling `meanwhile` with the example's pid once it started.
+fn run_example_with(name: &str, args: &[&str], meanwhile: impl FnOnce(u32)) -> (String, String) {
     let bin = example_binary(name);
     assert!(
         bin.exists(),
@@ -30,6 +35,7 @@ fn run_example(name: &str, args: &[&str]) -> (String, String) {
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
     let out = read_all(child.stdout.take().unwrap());
     let err = read_all(child.stderr.take().unwrap());
+    meanwhile(child.id());
     let status = wait_with_deadline(&mut child, Duration::from_secs(120));
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     assert!(
@@ -214,4 +220,29 @@ fn elastic_example_hands_a_dead_workers_task_to_the_others() {
         err.contains("member died; the job carries on without it"),
         "{err}"
     );
+}
+
+/// In a job whose members may change, SIGTERM to a worker's process drains it and it
+/// leaves (a StatefulSet scaling down): the job ends with every task once, without it.
+#[test]
+fn elastic_example_worker_drains_and_leaves_on_sigterm() {
+    let expected: u64 = (0..400u64).map(|t| t * t).sum();
+    let (out, err) = run_example_with("elastic", &["--processes"], |pid| {
+        let w1 = child_process(pid, "w1").expect("w1's process");
+        // SIGTERM before the node handles it would just kill the process.
+        common::wait_until(Duration::from_secs(20), "w1 handles SIGTERM", || {
+            common::catches_signal(w1, 15)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(signal(w1, "TERM"), "SIGTERM to w1");
+    });
+    let sum_line = format!("dealer: 400 tasks, sum {expected} (expected {expected})");
+    assert!(out.lines().any(|l| l == sum_line), "{out}\n{err}");
+    assert!(out.lines().any(|l| l == "w1: drained; leaving"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("dealer: final members boss, w2 ")),
+        "{out}"
+    );
+    assert!(err.trim().is_empty(), "{err}");
 }

@@ -335,6 +335,14 @@ impl Settings {
         Ok(())
     }
 
+    /// Whether members may join or leave a running job: a standby node, a scale plan or
+    /// `on_node_death = "leave"`. Such a node drains and leaves on SIGTERM.
+    pub fn allows_membership_changes(&self) -> bool {
+        self.cluster.scale.is_some()
+            || self.cluster.on_node_death == OnNodeDeath::Leave
+            || self.nodes.iter().any(|n| n.standby)
+    }
+
     /// `[cluster] scale`, read and resolved to node names (empty when unset).
     pub fn scale_plan(&self) -> Result<crate::scale::ScalePlan, NodeError> {
         match &self.cluster.scale {

@@ -456,13 +456,31 @@ impl Cluster {
             }
             ctx.barrier("petrel.finish").await
         };
+        let interrupted = |cause| NodeError::Interrupted {
+            node: name.to_string(),
+            cause,
+        };
+        tokio::pin!(run_roles);
         let result = match node.peer_failure() {
             // Announced while this node was joining (before `events` existed).
             Some(e @ NodeError::RunFailed { .. }) => Err(e),
             _ => tokio::select! {
-                r = run_roles => r,
+                r = &mut run_roles => r,
                 e = first_failure(&mut events) => Err(e),
-                cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
+                cause = stop => match self.settings.allows_membership_changes() {
+                    // A job whose members may leave drains this one first (a
+                    // StatefulSet scaling down, an operator's SIGTERM).
+                    true => {
+                        tracing::info!(node = %name, %cause, "draining, then leaving the cluster");
+                        node.request_leave();
+                        tokio::select! {
+                            r = &mut run_roles => r,
+                            e = first_failure(&mut events) => Err(e),
+                            () = tokio::time::sleep(LEAVE_GRACE) => Err(interrupted(cause)),
+                        }
+                    }
+                    false => Err(interrupted(cause)),
+                },
             },
         };
         // A local error after a failure elsewhere is reported as that failure, so the root
@@ -819,6 +837,9 @@ async fn join(
         }
     }
 }
+
+/// How long a node asked by a signal to leave may drain before it stops anyway.
+const LEAVE_GRACE: Duration = Duration::from_secs(30);
 
 /// How long a node whose join timed out waits for the coordinator to say who is missing.
 const JOIN_STATUS_TIMEOUT: Duration = Duration::from_secs(1);

@@ -312,8 +312,9 @@ pub fn alive(pid: u32) -> bool {
     stat_fields(pid).is_some_and(|f| !matches!(f.first().map(String::as_str), Some("Z" | "X")))
 }
 
-/// The pid of the child of `parent` whose command line has `--name <name>`, waiting up to
-/// 5 s for it to start.
+/// The pid of the child of `parent` whose command line has `--name <name>` (`petrel node`)
+/// or `--node <name>` (a program re-executed by the launcher), waiting up to 5 s for it
+/// to start.
 pub fn child_process(parent: u32, name: &str) -> Option<u32> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
@@ -322,7 +323,7 @@ pub fn child_process(parent: u32, name: &str) -> Option<u32> {
             let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
             if args
                 .windows(2)
-                .any(|w| w[0] == b"--name" && w[1] == name.as_bytes())
+                .any(|w| (w[0] == b"--name" || w[0] == b"--node") && w[1] == name.as_bytes())
             {
                 return Some(pid);
             }
@@ -330,6 +331,16 @@ pub fn child_process(parent: u32, name: &str) -> Option<u32> {
         std::thread::sleep(Duration::from_millis(20));
     }
     None
+}
+
+/// Whether `pid` has a handler for signal number `signo` (Linux /proc: `SigCgt`).
+pub fn catches_signal(pid: u32, signo: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signo - 1)) != 0)
 }
 
 /// Sends `signal` (`KILL`, `TERM`, `STOP`, ...) to `pid`; whether it was delivered.
