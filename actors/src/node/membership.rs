@@ -72,20 +72,11 @@ impl Node {
         for (node, epoch) in newly_departed {
             let name = self.peer_name(node);
             tracing::info!(node = %self.name(), peer = %name, epoch, "peer left the cluster");
-            let failed: Vec<_> = match self.inner.pending.lock() {
-                Ok(mut p) => p
-                    .extract_if(|_, v| v.peer == node)
-                    .map(|(_, v)| v)
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            for p in failed {
-                let _ = p.tx.send(Err(AskError::PeerLeft {
-                    name: name.clone(),
-                    actor: p.actor,
-                    epoch,
-                }));
-            }
+            self.fail_pending_to(node, |actor| AskError::PeerLeft {
+                name: name.clone(),
+                actor,
+                epoch,
+            });
         }
         let _ = self.inner.events.send(super::PeerEvent::Membership(view));
     }

@@ -282,6 +282,21 @@ impl Node {
         }
         let name = self.peer_name(node);
         tracing::warn!(node = %self.inner.name, peer = %name, id = %node, reason, "peer is down");
+        self.fail_pending_to(node, |actor| AskError::PeerDown {
+            node,
+            name: name.clone(),
+            actor,
+        });
+        self.inner.net.drop_peer(node);
+        let _ = self.inner.events.send(PeerEvent::Down {
+            node,
+            name,
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Fails every request pending to `node` with `error(actor asked)`.
+    fn fail_pending_to(&self, node: NodeId, error: impl Fn(String) -> AskError) {
         let failed: Vec<Pending> = match self.inner.pending.lock() {
             Ok(mut p) => p
                 .extract_if(|_, v| v.peer == node)
@@ -290,18 +305,8 @@ impl Node {
             Err(_) => Vec::new(),
         };
         for p in failed {
-            let _ = p.tx.send(Err(AskError::PeerDown {
-                node,
-                name: name.clone(),
-                actor: p.actor,
-            }));
+            let _ = p.tx.send(Err(error(p.actor)));
         }
-        self.inner.net.drop_peer(node);
-        let _ = self.inner.events.send(PeerEvent::Down {
-            node,
-            name,
-            reason: reason.to_string(),
-        });
     }
 
     /// The peers the transport disconnected for hoarding inbound budget, comma separated,
