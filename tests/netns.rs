@@ -405,3 +405,71 @@ fn netns_up_with_a_delay_leaves_nothing_behind_when_it_fails() {
         "left behind: {list}"
     );
 }
+
+/// The elastic example on four emulated hosts, each node started by hand as an operator
+/// would: the standby `w2` joins the running job a moment after the others, the plan asks
+/// `w0` to drain and leave, and the job ends with every task once, without `w0`.
+#[test]
+fn elastic_job_joins_and_leaves_across_network_namespaces() {
+    if netns_skip("elastic_job_joins_and_leaves_across_network_namespaces") {
+        return;
+    }
+    let prefix = format!("pe{}", std::process::id() % 100_000);
+    let hosts = Hosts::up(&prefix, 4, &LinkShape::default()).expect("create namespaces");
+    let _teardown = Teardown(hosts.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let names = ["boss", "w0", "w1", "w2"];
+    let mut cfg = format!(
+        "[cluster]\nname = \"elastic\"\ncerts_dir = \"{}\"\nscale = \"at=600ms remove w0\"\non_node_death = \"leave\"\n",
+        certs.display()
+    );
+    for (i, name) in names.iter().enumerate() {
+        let standby = if *name == "w2" {
+            "standby = true\n"
+        } else {
+            ""
+        };
+        cfg.push_str(&format!(
+            "[[nodes]]\nname = \"{name}\"\naddr = \"{}:7000\"\n{standby}",
+            hosts.host_ip(i)
+        ));
+    }
+    let cfg_path = dir.path().join("cluster.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    common::certs(&certs, &cfg_path, false);
+    let start = |i: usize| {
+        let child = hosts
+            .command(i, example_binary("elastic").to_str().unwrap())
+            .args(["--node", names[i], "--config", cfg_path.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (mut child, err) = drain(child);
+        let out = common::read_all(child.stdout.take().unwrap());
+        (child, out, err)
+    };
+    let mut nodes: Vec<_> = (0..3).map(start).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    nodes.push(start(3));
+    let mut boss_out = String::new();
+    for (i, (mut child, out, err)) in nodes.into_iter().enumerate() {
+        let st = wait_with_deadline(&mut child, Duration::from_secs(90));
+        let (out, err) = (out.join().unwrap(), err.join().unwrap());
+        assert!(st.success(), "{} failed:\n{out}\n{err}", names[i]);
+        if i == 0 {
+            boss_out = out;
+        }
+    }
+    let expected: u64 = (0..400u64).map(|t| t * t).sum();
+    let sum = format!("dealer: 400 tasks, sum {expected} (expected {expected})");
+    assert!(boss_out.lines().any(|l| l == sum), "{boss_out}");
+    assert!(
+        boss_out
+            .lines()
+            .any(|l| l.starts_with("dealer: final members boss, w1, w2 ")),
+        "{boss_out}"
+    );
+}
