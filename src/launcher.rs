@@ -440,7 +440,7 @@ fn peak_file(dir: &Path, node: &str) -> PathBuf {
     dir.join("peaks").join(node)
 }
 
-/// A node process's peak memory, MB.
+/// A node process's peak memory, MB, and the CPU it used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodePeak {
     /// Peak resident memory (`VmHWM`).
@@ -450,6 +450,9 @@ pub struct NodePeak {
     /// The most the node had allocated at once ([`petrel_observe::heap`]).
     #[serde(default)]
     pub heap_mb: Option<f64>,
+    /// CPU seconds (user + system) the node process used, recorded as it ended.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
 }
 
 /// Best effort: a node that cannot write its peak leaves the launcher's sampled one.
@@ -461,6 +464,7 @@ fn record_peak(dir: &Path, node: &str, startup_file_mb: Option<f64>) {
         rss_mb,
         private_mb: startup_file_mb.map(|f| (rss_mb - f).max(0.0)),
         heap_mb: petrel_observe::heap::peak_mb(),
+        cpu_s: petrel_observe::process::read().map(|p| p.cpu_s),
     };
     let path = peak_file(dir, node);
     let written = path

@@ -5,10 +5,12 @@
 //! within `--budget-fraction` of the link: aged rows at clocks, the top rows in between,
 //! shards pushing) and `bsp` (clock boundary under BSP, the bound on freshness); `--fifo`
 //! adds managed in oldest-first order. Reported: medians of time, clocks and bytes to the
-//! target, the CPU the process used, and the curves. LDA's target defaults to 90 % of the
-//! way from the first clock run's initial to its final value.
+//! target, the CPU the nodes used, and the curves. LDA's target defaults to 90 % of the
+//! way from the first clock run's initial to its final value. `--netns` runs every node as
+//! a process of its own in a network namespace of its own, the links limited by `tc`.
 
 mod data;
+mod netns;
 mod plot;
 mod summary;
 
@@ -18,14 +20,16 @@ use summary::summarise_variant;
 
 use crate::BenchError;
 use crate::common::{PsClusterArgs, fmt_opt, json_table, ratio, save_and_print};
+use petrel::netns::Hosts;
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
-use petrel_ps::kit::settings::{ManagedSettings, StragglerSettings};
+use petrel_ps::kit::settings::{ManagedSettings, RunFiles, StragglerSettings};
 use petrel_ps::{
     ConsistencyModel, PsLda, PsLdaMetrics, PsLdaSettings, PsMf, PsMfResult, PsMfSettings,
 };
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The app the bench runs.
@@ -83,6 +87,15 @@ pub struct ManagedBenchArgs {
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 40.0)]
     pub max_seconds: f64,
+    /// Every node a `petrel node` process in a network namespace of its own (the shards,
+    /// a monitor node, the workers), each link limited by `tc` at `--mbit` on both ends
+    /// (needs root and iproute2); without it, one in-process cluster whose nodes' egress the
+    /// transport's shaper limits.
+    #[arg(long)]
+    pub netns: bool,
+    /// With --netns: stop a run's processes after this many seconds.
+    #[arg(long, default_value_t = 300.0)]
+    pub netns_timeout_s: f64,
     /// Small data and short limits: for tests (checks shapes, not speed).
     #[arg(long)]
     pub quick: bool,
@@ -119,9 +132,11 @@ pub struct ManagedRun {
     pub variant: String,
     /// Which repeat.
     pub repeat: usize,
-    /// Cores the process used over the run (CPU seconds / wall seconds; every node runs in
-    /// this one process).
+    /// Cores the nodes used over the run (CPU seconds / wall seconds): in-process, the one
+    /// process's; with `--netns`, all node processes'.
     pub cpu_cores: f64,
+    /// With `--netns`: the CPU seconds (user + system) of each node's process.
+    pub cpu_seconds_by_node: BTreeMap<String, f64>,
     pub reached_target: bool,
     pub time_to_target_s: Option<f64>,
     /// MF: min clock at the target (or the end); LDA: the pass at the target (or passes).
@@ -168,6 +183,11 @@ pub struct ManagedFigures {
     pub target: f64,
     pub quick: bool,
     pub server_push: bool,
+    /// `shaper` (one process, the transport's token bucket on every node's egress) or
+    /// `netns-tc` (a process and network namespace per node, `tc` on both link ends).
+    pub links: String,
+    /// The nodes of a run (with `--netns`, one process each; the monitor is its own node).
+    pub nodes: Vec<String>,
     pub repeats: usize,
     pub skew: f64,
     /// Emulated compute per clock (MF; LDA samples for real).
@@ -340,8 +360,9 @@ fn config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsMfSetti
         data: data.map(Path::to_path_buf),
         consistency: v.consistency(args),
         staleness: args.staleness,
-        // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.
-        max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
+        // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going; the
+        // other limit is out of reach but fits the nodes' TOML settings (i64).
+        max_clocks: Some(if args.quick { 300 } else { u64::from(u32::MAX) }),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_every: Some(1),
@@ -430,12 +451,55 @@ fn skewed_data(args: &ManagedBenchArgs) -> Result<Option<PathBuf>, BenchError> {
     Ok(Some(path))
 }
 
-/// One run of `v`, with the cores the process used.
+/// One run of `v` as node processes on `hosts`.
+fn run_on_hosts(
+    args: &ManagedBenchArgs,
+    v: Variant,
+    data: Option<&Path>,
+    hosts: &Hosts,
+) -> Result<ManagedRun, BenchError> {
+    let dir = netns::run_dir();
+    let out = dir.join("out");
+    let files = RunFiles {
+        out: Some(out.clone()),
+        ..RunFiles::default()
+    };
+    let (run, cpu_cores, cpu_seconds_by_node) = if args.app == ManagedApp::Lda {
+        let cfg = PsLdaSettings {
+            files,
+            ..lda_config(args, v, data)
+        };
+        let p = netns::run::<PsLda, PsLdaMetrics>(args, hosts, &cfg, (&dir, &out))?;
+        (
+            summarise_lda(v.name, &p.metrics),
+            p.cpu_cores,
+            p.cpu_s_by_node,
+        )
+    } else {
+        let cfg = PsMfSettings {
+            files,
+            ..config(args, v, data)
+        };
+        let p = netns::run::<PsMf, PsMfResult>(args, hosts, &cfg, (&dir, &out))?;
+        (summarise(v.name, &p.metrics), p.cpu_cores, p.cpu_s_by_node)
+    };
+    Ok(ManagedRun {
+        cpu_cores,
+        cpu_seconds_by_node,
+        ..run
+    })
+}
+
+/// One run of `v` (as processes on `hosts` when given), with the cores its nodes used.
 fn run_variant(
     args: &ManagedBenchArgs,
     v: Variant,
     data: Option<&Path>,
+    hosts: Option<&Hosts>,
 ) -> Result<ManagedRun, BenchError> {
+    if let Some(hosts) = hosts {
+        return run_on_hosts(args, v, data, hosts);
+    }
     let shape = |s: &mut Settings| {
         s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(args.mbit));
     };
@@ -483,19 +547,29 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         args.budget_fraction
     );
     let data = skewed_data(args)?;
+    // Torn down when dropped, on every path out of here.
+    let hosts = args.netns.then(|| netns::hosts(args)).transpose()?;
     let repeats = if args.quick { 1 } else { args.repeats.max(1) };
     let vs = variants(args);
     let mut runs = Vec::new();
-    for repeat in 0..repeats {
+    let mut ran = Ok(());
+    'repeats: for repeat in 0..repeats {
         for &v in &vs {
             eprintln!("running {} (repeat {}) ...", v.name, repeat + 1);
-            let run = run_variant(args, v, data.as_deref())?;
-            runs.push(ManagedRun { repeat, ..run });
+            match run_variant(args, v, data.as_deref(), hosts.as_ref().map(|h| &h.0)) {
+                Ok(run) => runs.push(ManagedRun { repeat, ..run }),
+                Err(e) => {
+                    ran = Err(e);
+                    break 'repeats;
+                }
+            }
         }
     }
+    drop(hosts);
     if let Some(dir) = data.as_deref().and_then(Path::parent) {
         let _ = std::fs::remove_dir_all(dir);
     }
+    ran?;
     let target = if lda {
         lda_targets(args, &mut runs)
     } else {
@@ -532,6 +606,11 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         target,
         quick: args.quick,
         server_push,
+        links: if args.netns { "netns-tc" } else { "shaper" }.into(),
+        nodes: netns::node_names(args)
+            .into_iter()
+            .filter(|n| args.netns || n != "monitor")
+            .collect(),
         repeats,
         skew: args.skew,
         clock_ms: args.clock_ms,
@@ -550,6 +629,16 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
          clock_s wait_s_per_clock sweep_s_per_clock cpu_cores",
     )
     .print();
+    for s in figures
+        .summaries
+        .iter()
+        .filter(|s| !s.cpu_seconds_by_node.is_empty())
+    {
+        let nodes: Vec<String> = (s.cpu_seconds_by_node.iter())
+            .map(|(node, cpu)| format!("{node} {cpu:.2}"))
+            .collect();
+        println!("{}: CPU s by node: {}", s.variant, nodes.join(", "));
+    }
     println!(
         "medians of {repeats}: speed-up vs clock {}x, vs bsp {}x; clock flush {} of a clock; \
          plots {}",

@@ -3,6 +3,7 @@
 use super::ManagedRun;
 use crate::common::median;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One variant's medians over the repeats.
 #[derive(Default, Debug, Clone, Serialize, PartialEq)]
@@ -25,6 +26,8 @@ pub struct VariantSummary {
     /// LDA: median seconds per clock a worker sampled.
     pub sweep_s_per_clock: Option<f64>,
     pub cpu_cores: Option<f64>,
+    /// With `--netns`: median CPU seconds of each node's process.
+    pub cpu_seconds_by_node: BTreeMap<String, f64>,
     pub times: Vec<Option<f64>>,
 }
 
@@ -34,6 +37,17 @@ fn median_missing(values: &[Option<f64>]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     let m = *v.get(v.len().checked_sub(1)? / 2)?;
     m.is_finite().then_some(m)
+}
+
+/// Each node's median CPU seconds over `runs`.
+fn by_node(runs: &[&ManagedRun]) -> BTreeMap<String, f64> {
+    let mut all: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (node, s) in runs.iter().flat_map(|r| &r.cpu_seconds_by_node) {
+        all.entry(node).or_default().push(*s);
+    }
+    (all.into_iter())
+        .filter_map(|(node, s)| Some((node.to_string(), median(&s)?)))
+        .collect()
 }
 
 pub(super) fn summarise_variant(name: &str, runs: &[ManagedRun]) -> VariantSummary {
@@ -60,6 +74,7 @@ pub(super) fn summarise_variant(name: &str, runs: &[ManagedRun]) -> VariantSumma
                 .collect::<Vec<_>>(),
         ),
         cpu_cores: of(&|r| r.cpu_cores),
+        cpu_seconds_by_node: by_node(&mine),
         times,
     }
 }
