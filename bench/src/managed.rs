@@ -137,6 +137,9 @@ pub struct ManagedRun {
     pub cpu_cores: f64,
     /// With `--netns`: the CPU seconds (user + system) of each node's process.
     pub cpu_seconds_by_node: BTreeMap<String, f64>,
+    /// With `--netns`: the seconds each node's threads were ready to run but waited for a
+    /// core (the 2 cores are shared by every node and whatever else runs on the machine).
+    pub runqueue_wait_s_by_node: BTreeMap<String, f64>,
     pub reached_target: bool,
     pub time_to_target_s: Option<f64>,
     /// MF: min clock at the target (or the end); LDA: the pass at the target (or passes).
@@ -352,28 +355,25 @@ fn run_on_hosts(
         out: Some(out.clone()),
         ..RunFiles::default()
     };
-    let (run, cpu_cores, cpu_seconds_by_node) = if args.app == ManagedApp::Lda {
+    let (run, nodes) = if args.app == ManagedApp::Lda {
         let cfg = PsLdaSettings {
             files,
             ..lda_config(args, v, data)
         };
-        let p = netns::run::<PsLda, PsLdaMetrics>(args, hosts, &cfg, (&dir, &out))?;
-        (
-            summarise_lda(v.name, &p.metrics),
-            p.cpu_cores,
-            p.cpu_s_by_node,
-        )
+        let (m, nodes) = netns::run::<PsLda, PsLdaMetrics>(args, hosts, &cfg, (&dir, &out))?;
+        (summarise_lda(v.name, &m), nodes)
     } else {
         let cfg = PsMfSettings {
             files,
             ..config(args, v, data)
         };
-        let p = netns::run::<PsMf, PsMfResult>(args, hosts, &cfg, (&dir, &out))?;
-        (summarise(v.name, &p.metrics), p.cpu_cores, p.cpu_s_by_node)
+        let (m, nodes) = netns::run::<PsMf, PsMfResult>(args, hosts, &cfg, (&dir, &out))?;
+        (summarise(v.name, &m), nodes)
     };
     Ok(ManagedRun {
-        cpu_cores,
-        cpu_seconds_by_node,
+        cpu_cores: nodes.cpu_cores,
+        cpu_seconds_by_node: nodes.cpu_s_by_node,
+        runqueue_wait_s_by_node: nodes.runqueue_wait_s_by_node,
         ..run
     })
 }
@@ -526,6 +526,10 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
             .map(|(node, cpu)| format!("{node} {cpu:.2}"))
             .collect();
         println!("{}: CPU s by node: {}", s.variant, nodes.join(", "));
+        let waits: Vec<String> = (s.runqueue_wait_s_by_node.iter())
+            .map(|(node, wait)| format!("{node} {wait:.2}"))
+            .collect();
+        println!("{}: s waiting for a core: {}", s.variant, waits.join(", "));
     }
     println!(
         "medians of {repeats}: speed-up vs clock {}x, vs bsp {}x; clock flush {} of a clock; \

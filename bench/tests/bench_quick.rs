@@ -438,6 +438,12 @@ fn managed_quick_across_network_namespaces_leaves_nothing_behind() {
             cpu.values().all(|s| s.as_f64().is_some_and(|s| s > 0.0)),
             "{r}"
         );
+        let waits = r["runqueue_wait_s_by_node"].as_object().unwrap();
+        assert_eq!(waits.len(), 4, "{r}");
+        assert!(
+            waits.values().all(|s| s.as_f64().is_some_and(|s| s >= 0.0)),
+            "{r}"
+        );
         assert!(
             r["bytes_per_clock"].as_f64().is_some_and(|b| b > 0.0),
             "{r}"

@@ -4,7 +4,7 @@
 
 use super::ManagedBenchArgs;
 use crate::BenchError;
-use petrel::launcher::LaunchError;
+use petrel::launcher::{LaunchError, NodePeak};
 use petrel::netns::{Hosts, LinkShape, Teardown};
 use petrel_actors::{Settings, Topology};
 use petrel_ps::kit::PsApp;
@@ -74,22 +74,23 @@ pub(super) fn run_dir() -> PathBuf {
     std::env::temp_dir().join(format!("petrel-managed-netns-{pid}-{run}"))
 }
 
-/// What a run on the hosts left: the monitor's `metrics.json` read as `T`, each node's CPU
-/// seconds and the cores all nodes used on average.
-pub(super) struct ProcessRun<T> {
-    pub metrics: T,
+/// What a run's node processes used: each node's CPU seconds and seconds waiting for a
+/// core, and the cores all nodes used on average.
+pub(super) struct NodeFigures {
     pub cpu_s_by_node: BTreeMap<String, f64>,
+    pub runqueue_wait_s_by_node: BTreeMap<String, f64>,
     pub cpu_cores: f64,
 }
 
 /// Runs `A` with `cfg` (whose outputs go to `out`, inside `dir`) as one process per node on
-/// `hosts`; the run directory is removed afterwards.
+/// `hosts` and reads the monitor's `metrics.json` as `T`; the run directory is removed
+/// afterwards.
 pub(super) fn run<A: PsApp, T: DeserializeOwned>(
     args: &ManagedBenchArgs,
     hosts: &Hosts,
     cfg: &A::Config,
     (dir, out): (&Path, &Path),
-) -> Result<ProcessRun<T>, BenchError>
+) -> Result<(T, NodeFigures), BenchError>
 where
     A::Config: serde::Serialize,
 {
@@ -101,14 +102,17 @@ where
         .and_then(|(report, cpu_cores)| {
             let path = out.join("metrics.json");
             let text = std::fs::read(&path).map_err(BenchError::io(path.display().to_string()))?;
-            let cpu_s_by_node = (report.peaks.iter())
-                .filter_map(|(node, peak)| Some((node.clone(), peak.cpu_s?)))
-                .collect();
-            Ok(ProcessRun {
-                metrics: serde_json::from_slice(&text)?,
-                cpu_s_by_node,
+            let by_node = |f: fn(&NodePeak) -> Option<f64>| {
+                (report.peaks.iter())
+                    .filter_map(|(node, peak)| Some((node.clone(), f(peak)?)))
+                    .collect()
+            };
+            let nodes = NodeFigures {
+                cpu_s_by_node: by_node(|p| p.cpu_s),
+                runqueue_wait_s_by_node: by_node(|p| p.runqueue_wait_s),
                 cpu_cores,
-            })
+            };
+            Ok((serde_json::from_slice(&text)?, nodes))
         });
     let _ = std::fs::remove_dir_all(dir);
     read

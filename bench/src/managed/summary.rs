@@ -30,6 +30,8 @@ pub struct VariantSummary {
     pub cpu_cores: Option<f64>,
     /// With `--netns`: median CPU seconds of each node's process.
     pub cpu_seconds_by_node: BTreeMap<String, f64>,
+    /// With `--netns`: median seconds each node's threads waited for a core.
+    pub runqueue_wait_s_by_node: BTreeMap<String, f64>,
     pub times: Vec<Option<f64>>,
 }
 
@@ -41,10 +43,13 @@ fn median_missing(values: &[Option<f64>]) -> Option<f64> {
     m.is_finite().then_some(m)
 }
 
-/// Each node's median CPU seconds over `runs`.
-fn by_node(runs: &[&ManagedRun]) -> BTreeMap<String, f64> {
+/// Each node's median of `figure` over `runs`.
+fn by_node(
+    runs: &[&ManagedRun],
+    figure: fn(&ManagedRun) -> &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
     let mut all: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for (node, s) in runs.iter().flat_map(|r| &r.cpu_seconds_by_node) {
+    for (node, s) in runs.iter().flat_map(|r| figure(r)) {
         all.entry(node).or_default().push(*s);
     }
     (all.into_iter())
@@ -76,7 +81,8 @@ pub(super) fn summarise_variant(name: &str, runs: &[ManagedRun]) -> VariantSumma
                 .collect::<Vec<_>>(),
         ),
         cpu_cores: of(&|r| r.cpu_cores),
-        cpu_seconds_by_node: by_node(&mine),
+        cpu_seconds_by_node: by_node(&mine, |r| &r.cpu_seconds_by_node),
+        runqueue_wait_s_by_node: by_node(&mine, |r| &r.runqueue_wait_s_by_node),
         times,
     }
 }
