@@ -383,37 +383,18 @@ fn managed_quick_across_network_namespaces_leaves_nothing_behind() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_petrel-bench"))
-        .current_dir(dir.path())
-        .env("RUST_LOG", "warn")
-        .args([
-            "bench",
-            "managed",
-            "--netns",
-            "--quick",
-            "--workers",
-            "2",
-            "--shards",
-            "1",
-        ])
-        .args([
-            "--netns-timeout-s",
-            "60",
-            "--plot-dir",
-            ".",
-            "--json-out",
-            "m.json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let flags = "bench managed --netns --quick --workers 2 --shards 1 --netns-timeout-s 60 \
+                 --plot-dir . --json-out m.json";
+    let mut bench = std::process::Command::new(env!("CARGO_BIN_EXE_petrel-bench"));
+    bench.current_dir(dir.path()).env("RUST_LOG", "warn");
+    bench.args(flags.split_whitespace());
+    let piped = std::process::Stdio::piped;
+    let child = bench.stdout(piped()).stderr(piped()).spawn().unwrap();
+    // The bench's namespaces and run directories are named after its process id.
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
     let f: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(f["links"], "netns-tc");
