@@ -412,6 +412,9 @@ fn run_variant(
 /// Runs the variants, interleaved over the repeats, and returns the figures (the table
 /// is printed).
 pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
+    // First, so a machine without namespaces refuses before any work; torn down when
+    // dropped, on every path out of here.
+    let hosts = args.netns.then(|| netns::hosts(args)).transpose()?;
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
     let (app, metric, stem) = match lda {
@@ -435,8 +438,6 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         args.budget_fraction
     );
     let data = skewed_data(args)?;
-    // Torn down when dropped, on every path out of here.
-    let hosts = args.netns.then(|| netns::hosts(args)).transpose()?;
     let repeats = if args.quick { 1 } else { args.repeats.max(1) };
     let vs = variants(args);
     let mut runs = Vec::new();
