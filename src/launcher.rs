@@ -440,7 +440,7 @@ fn peak_file(dir: &Path, node: &str) -> PathBuf {
     dir.join("peaks").join(node)
 }
 
-/// A node process's peak memory, MB.
+/// A node process's peak memory, MB, and the CPU it used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodePeak {
     /// Peak resident memory (`VmHWM`).
@@ -450,6 +450,24 @@ pub struct NodePeak {
     /// The most the node had allocated at once ([`petrel_observe::heap`]).
     #[serde(default)]
     pub heap_mb: Option<f64>,
+    /// CPU seconds (user + system) the node process used, recorded as it ended.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
+    /// Seconds its threads (those alive at the end) were ready to run but waited for a core:
+    /// the CPU contention it met.
+    #[serde(default)]
+    pub runqueue_wait_s: Option<f64>,
+}
+
+/// The second field of `/proc/self/task/*/schedstat` (nanoseconds runnable on a run queue),
+/// summed over this process's threads, in seconds.
+fn runqueue_wait_s() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        ns += text.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
 }
 
 /// Best effort: a node that cannot write its peak leaves the launcher's sampled one.
@@ -461,6 +479,8 @@ fn record_peak(dir: &Path, node: &str, startup_file_mb: Option<f64>) {
         rss_mb,
         private_mb: startup_file_mb.map(|f| (rss_mb - f).max(0.0)),
         heap_mb: petrel_observe::heap::peak_mb(),
+        cpu_s: petrel_observe::process::read().map(|p| p.cpu_s),
+        runqueue_wait_s: runqueue_wait_s(),
     };
     let path = peak_file(dir, node);
     let written = path

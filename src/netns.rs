@@ -2,7 +2,11 @@
 //! RFC 2544 range) joined by veth links to bridge `br0` in `p-sw`; `tbf` rate limits on both
 //! ends, `netem` delay.
 
+use crate::launcher::{self, LaunchError, LaunchMode, LaunchOptions, LaunchReport};
+use petrel_actors::Cluster;
+use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// Why emulated hosts could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -237,6 +241,61 @@ impl Hosts {
         }
         let _ = run(&["ip", "netns", "del", &self.switch_ns()]);
     }
+}
+
+/// Tears the hosts down when dropped (also on error and panic).
+pub struct Teardown(pub Hosts);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.0.down();
+    }
+}
+
+/// A namespace prefix unique to this process: `tag` (3 characters at most, so interface
+/// names stay within 15) and the process id's last four digits.
+pub fn process_prefix(tag: &str) -> String {
+    format!("{tag}{}", std::process::id() % 10_000)
+}
+
+/// CPU seconds (user + system) of this process's waited-for children, from /proc.
+fn children_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // cutime is field 16, cstime 17; after ')' field 3 is index 0.
+    let cu: f64 = f.get(13)?.parse().ok()?;
+    let cs: f64 = f.get(14)?.parse().ok()?;
+    Some((cu + cs) / 100.0)
+}
+
+/// Runs `cluster`'s nodes as `node` processes of this executable with run directory `dir`,
+/// on 127.0.0.1 or node `i` on host `i` of `hosts` (links shaped by `tc`), all stopped
+/// after `limit`. Returns the launcher's report (each node's CPU seconds in its
+/// [`launcher::NodePeak`]) and the CPU cores the nodes used on average.
+pub fn run_nodes(
+    cluster: &Cluster,
+    hosts: Option<&Hosts>,
+    dir: &Path,
+    limit: Duration,
+) -> Result<(LaunchReport, f64), LaunchError> {
+    let mut opts = LaunchOptions::new()?;
+    opts.run_dir = Some(dir.to_path_buf());
+    opts.timeout = Some(limit);
+    opts.progress = false;
+    opts.netns = hosts.map(|h| h.prefix.clone());
+    let cpu0 = children_cpu_seconds();
+    let t0 = Instant::now();
+    let launched = launcher::launch_with(cluster, LaunchMode::Processes, opts)?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = match (cpu0, children_cpu_seconds()) {
+        (Some(a), Some(b)) => (b - a) / wall.max(1e-9),
+        _ => f64::NAN,
+    };
+    let report = launched
+        .report
+        .ok_or_else(|| LaunchError::Usage("a processes launch returned no report".into()))?;
+    Ok((report, cpu))
 }
 
 /// The sum of the `(dropped N, ...` counters in `tc -s qdisc show` output.

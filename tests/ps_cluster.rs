@@ -753,7 +753,7 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
             let node = NODE.with(|n| n.borrow().clone()).ok_or("no node")?;
             // Rows 0..4 get small updates, row 5 a large one: a batch of one row sends row 5
             // first, and the pacer (one row per 4 s) holds the rest back.
-            let mut m = BandwidthManager::new(10, SendPolicy::RelativeMagnitude, 1);
+            let mut m = BandwidthManager::new(10, SendPolicy::RelativeMagnitude);
             m.batch_bytes = 50;
             c.start_managed(m);
             for r in 0..4 {

@@ -71,7 +71,6 @@ fn server_push_reaches_another_workers_cache_before_its_next_miss_within_the_bud
                     bytes_per_s: u64::MAX,
                     batch_bytes: budget,
                     tick_ms: 5,
-                    seed: 1,
                 });
                 let h = shells::start_shard_core(&ctx.node, &lay, 0, core, None)
                     .map_err(|e| e.to_string())?;

@@ -5,27 +5,31 @@
 //! within `--budget-fraction` of the link: aged rows at clocks, the top rows in between,
 //! shards pushing) and `bsp` (clock boundary under BSP, the bound on freshness); `--fifo`
 //! adds managed in oldest-first order. Reported: medians of time, clocks and bytes to the
-//! target, the CPU the process used, and the curves. LDA's target defaults to 90 % of the
-//! way from the first clock run's initial to its final value.
+//! target, the CPU the nodes used, and the curves. LDA's target defaults to 90 % of the
+//! way from the first clock run's initial to its final value. `--netns` runs every node as
+//! a process of its own in a network namespace of its own, the links limited by `tc`.
 
 mod data;
+mod netns;
 mod plot;
 mod summary;
 
 use plot::plot;
 pub use summary::VariantSummary;
-use summary::summarise_variant;
+use summary::{lda_targets, summarise, summarise_lda, summarise_variant};
 
 use crate::BenchError;
 use crate::common::{PsClusterArgs, fmt_opt, json_table, ratio, save_and_print};
+use petrel::netns::Hosts;
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
-use petrel_ps::kit::settings::{ManagedSettings, StragglerSettings};
+use petrel_ps::kit::settings::{ManagedSettings, RunFiles, StragglerSettings};
 use petrel_ps::{
     ConsistencyModel, PsLda, PsLdaMetrics, PsLdaSettings, PsMf, PsMfResult, PsMfSettings,
 };
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The app the bench runs.
@@ -83,6 +87,15 @@ pub struct ManagedBenchArgs {
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 40.0)]
     pub max_seconds: f64,
+    /// Every node a `petrel node` process in a network namespace of its own (the shards,
+    /// a monitor node, the workers), each link limited by `tc` at `--mbit` on both ends
+    /// (needs root and iproute2); without it, one in-process cluster whose nodes' egress the
+    /// transport's shaper limits.
+    #[arg(long)]
+    pub netns: bool,
+    /// With --netns: stop a run's processes after this many seconds.
+    #[arg(long, default_value_t = 300.0)]
+    pub netns_timeout_s: f64,
     /// Small data and short limits: for tests (checks shapes, not speed).
     #[arg(long)]
     pub quick: bool,
@@ -119,9 +132,14 @@ pub struct ManagedRun {
     pub variant: String,
     /// Which repeat.
     pub repeat: usize,
-    /// Cores the process used over the run (CPU seconds / wall seconds; every node runs in
-    /// this one process).
+    /// Cores the nodes used over the run (CPU seconds / wall seconds): in-process, the one
+    /// process's; with `--netns`, all node processes'.
     pub cpu_cores: f64,
+    /// With `--netns`: the CPU seconds (user + system) of each node's process.
+    pub cpu_seconds_by_node: BTreeMap<String, f64>,
+    /// With `--netns`: the seconds each node's threads were ready to run but waited for a
+    /// core (the 2 cores are shared by every node and whatever else runs on the machine).
+    pub runqueue_wait_s_by_node: BTreeMap<String, f64>,
     pub reached_target: bool,
     pub time_to_target_s: Option<f64>,
     /// MF: min clock at the target (or the end); LDA: the pass at the target (or passes).
@@ -168,6 +186,11 @@ pub struct ManagedFigures {
     pub target: f64,
     pub quick: bool,
     pub server_push: bool,
+    /// `shaper` (one process, the transport's token bucket on every node's egress) or
+    /// `netns-tc` (a process and network namespace per node, `tc` on both link ends).
+    pub links: String,
+    /// The nodes of a run (with `--netns`, one process each; the monitor is its own node).
+    pub nodes: Vec<String>,
     pub repeats: usize,
     pub skew: f64,
     /// Emulated compute per clock (MF; LDA samples for real).
@@ -242,91 +265,6 @@ fn lda_config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsLda
     }
 }
 
-/// A run's traffic figures from its workers' bytes and clocks; the rest to be filled in.
-fn traffic(
-    name: &str,
-    sent: &[u64],
-    received: &[u64],
-    clocks: &[u64],
-    mean_staleness: f64,
-    (wall_s, wait_s): (f64, &[f64]),
-) -> ManagedRun {
-    let (sent, received) = (sent.iter().sum::<u64>(), received.iter().sum::<u64>());
-    let clocks = clocks.iter().sum::<u64>() as f64 / clocks.len().max(1) as f64;
-    let per_clock = |bytes: u64| {
-        if clocks > 0.0 {
-            bytes as f64 / clocks
-        } else {
-            0.0
-        }
-    };
-    let wait = wait_s.iter().sum::<f64>() / wait_s.len().max(1) as f64;
-    ManagedRun {
-        variant: name.to_string(),
-        clocks,
-        wait_s_per_clock: if clocks > 0.0 { wait / clocks } else { 0.0 },
-        sent_bytes: sent,
-        received_bytes: received,
-        bytes_per_clock: per_clock(sent),
-        both_ways_per_clock: per_clock(sent + received),
-        mean_staleness,
-        wall_s,
-        ..ManagedRun::default()
-    }
-}
-
-/// An LDA run's figures (the target by [`lda_targets`]).
-fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
-    let cpi = u64::from(m.clocks_per_iteration.max(1));
-    let clocks = m.worker_clocks.iter().sum::<u64>().max(1) as f64;
-    let sweep = m.per_worker_sweep_s.iter().sum::<f64>();
-    ManagedRun {
-        sweep_s_per_clock: Some(sweep / clocks),
-        iterations: m.lda.iterations as u64,
-        final_value: m.lda.final_loglik_per_token,
-        managed_rows: m.managed_rows_sent,
-        // Clock 0 holds the initial counts; pass `i` ends at clock `1 + i * cpi`.
-        curve: m
-            .lda
-            .loglik
-            .iter()
-            .map(|p| {
-                let clock = 1 + p.iteration as u64 * cpi;
-                (p.elapsed_s, clock, p.loglik_per_token)
-            })
-            .collect(),
-        ..traffic(
-            name,
-            &m.per_worker_sent_bytes,
-            &m.per_worker_received_bytes,
-            &m.worker_clocks,
-            m.read_staleness.mean,
-            (m.lda.elapsed_s, &m.per_worker_wait_s),
-        )
-    }
-}
-
-/// The LDA target (given, or 90 % of the clock run's gain) and each run's first pass at
-/// or above it.
-fn lda_targets(args: &ManagedBenchArgs, runs: &mut [ManagedRun]) -> f64 {
-    let target = args.target_loglik.unwrap_or_else(|| {
-        let clock = runs.iter().find(|r| r.variant == "clock");
-        let first = clock.and_then(|r| r.curve.first()).map_or(0.0, |p| p.2);
-        let last = clock.map_or(0.0, |r| r.final_value);
-        first + 0.9 * (last - first)
-    });
-    for r in runs.iter_mut() {
-        if let Some(p) = r.curve.iter().find(|p| p.2 >= target) {
-            r.reached_target = true;
-            r.time_to_target_s = Some(p.0);
-            r.iterations = (r.curve.iter().position(|q| q == p).unwrap_or(0)) as u64;
-            r.bytes_to_target = Some(r.both_ways_per_clock * p.1 as f64);
-            r.clocks_to_target = Some(p.1);
-        }
-    }
-    target
-}
-
 /// MF's data: users, items, rank and ratings (as `common::ps_mf`'s synthetic data).
 fn mf_shape(args: &ManagedBenchArgs) -> (usize, usize, usize, usize) {
     match args.quick {
@@ -340,8 +278,9 @@ fn config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsMfSetti
         data: data.map(Path::to_path_buf),
         consistency: v.consistency(args),
         staleness: args.staleness,
-        // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.
-        max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
+        // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going; the
+        // other limit is out of reach but fits the nodes' TOML settings (i64).
+        max_clocks: Some(if args.quick { 300 } else { u64::from(u32::MAX) }),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_every: Some(1),
@@ -356,33 +295,6 @@ fn config(args: &ManagedBenchArgs, v: Variant, data: Option<&Path>) -> PsMfSetti
         no_prefetch: true,
         learning_rate: args.learning_rate,
         ..crate::common::ps_mf(args.quick)
-    }
-}
-
-fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
-    let run = traffic(
-        name,
-        &r.per_worker_sent_bytes,
-        &r.per_worker_received_bytes,
-        &r.worker_clocks,
-        r.staleness.mean,
-        (r.wall_s, &r.per_worker_wait_s),
-    );
-    ManagedRun {
-        reached_target: r.reached_target,
-        time_to_target_s: r.time_to_target_s,
-        iterations: r.iterations,
-        clocks_to_target: r.reached_target.then_some(r.iterations),
-        bytes_to_target: r
-            .reached_target
-            .then_some(run.both_ways_per_clock * r.iterations as f64),
-        final_value: r.final_rmse,
-        curve: r
-            .curve
-            .iter()
-            .map(|p| (p.seconds, p.clock, p.rmse))
-            .collect(),
-        ..run
     }
 }
 
@@ -430,12 +342,52 @@ fn skewed_data(args: &ManagedBenchArgs) -> Result<Option<PathBuf>, BenchError> {
     Ok(Some(path))
 }
 
-/// One run of `v`, with the cores the process used.
+/// One run of `v` as node processes on `hosts`.
+fn run_on_hosts(
+    args: &ManagedBenchArgs,
+    v: Variant,
+    data: Option<&Path>,
+    hosts: &Hosts,
+) -> Result<ManagedRun, BenchError> {
+    let dir = netns::run_dir();
+    let out = dir.join("out");
+    let files = RunFiles {
+        out: Some(out.clone()),
+        ..RunFiles::default()
+    };
+    let (run, nodes) = if args.app == ManagedApp::Lda {
+        let cfg = PsLdaSettings {
+            files,
+            ..lda_config(args, v, data)
+        };
+        let (m, nodes) = netns::run::<PsLda, PsLdaMetrics>(args, hosts, &cfg, (&dir, &out))?;
+        (summarise_lda(v.name, &m), nodes)
+    } else {
+        let cfg = PsMfSettings {
+            files,
+            ..config(args, v, data)
+        };
+        let (m, nodes) = netns::run::<PsMf, PsMfResult>(args, hosts, &cfg, (&dir, &out))?;
+        (summarise(v.name, &m), nodes)
+    };
+    Ok(ManagedRun {
+        cpu_cores: nodes.cpu_cores,
+        cpu_seconds_by_node: nodes.cpu_s_by_node,
+        runqueue_wait_s_by_node: nodes.runqueue_wait_s_by_node,
+        ..run
+    })
+}
+
+/// One run of `v` (as processes on `hosts` when given), with the cores its nodes used.
 fn run_variant(
     args: &ManagedBenchArgs,
     v: Variant,
     data: Option<&Path>,
+    hosts: Option<&Hosts>,
 ) -> Result<ManagedRun, BenchError> {
+    if let Some(hosts) = hosts {
+        return run_on_hosts(args, v, data, hosts);
+    }
     let shape = |s: &mut Settings| {
         s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(args.mbit));
     };
@@ -460,6 +412,9 @@ fn run_variant(
 /// Runs the variants, interleaved over the repeats, and returns the figures (the table
 /// is printed).
 pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
+    // First, so a machine without namespaces refuses before any work; torn down when
+    // dropped, on every path out of here.
+    let hosts = args.netns.then(|| netns::hosts(args)).transpose()?;
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
     let (app, metric, stem) = match lda {
@@ -486,16 +441,24 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     let repeats = if args.quick { 1 } else { args.repeats.max(1) };
     let vs = variants(args);
     let mut runs = Vec::new();
-    for repeat in 0..repeats {
+    let mut ran = Ok(());
+    'repeats: for repeat in 0..repeats {
         for &v in &vs {
             eprintln!("running {} (repeat {}) ...", v.name, repeat + 1);
-            let run = run_variant(args, v, data.as_deref())?;
-            runs.push(ManagedRun { repeat, ..run });
+            match run_variant(args, v, data.as_deref(), hosts.as_ref().map(|h| &h.0)) {
+                Ok(run) => runs.push(ManagedRun { repeat, ..run }),
+                Err(e) => {
+                    ran = Err(e);
+                    break 'repeats;
+                }
+            }
         }
     }
+    drop(hosts);
     if let Some(dir) = data.as_deref().and_then(Path::parent) {
         let _ = std::fs::remove_dir_all(dir);
     }
+    ran?;
     let target = if lda {
         lda_targets(args, &mut runs)
     } else {
@@ -532,6 +495,11 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
         target,
         quick: args.quick,
         server_push,
+        links: if args.netns { "netns-tc" } else { "shaper" }.into(),
+        nodes: netns::node_names(args)
+            .into_iter()
+            .filter(|n| args.netns || n != "monitor")
+            .collect(),
         repeats,
         skew: args.skew,
         clock_ms: args.clock_ms,
@@ -550,6 +518,20 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
          clock_s wait_s_per_clock sweep_s_per_clock cpu_cores",
     )
     .print();
+    for s in figures
+        .summaries
+        .iter()
+        .filter(|s| !s.cpu_seconds_by_node.is_empty())
+    {
+        let nodes: Vec<String> = (s.cpu_seconds_by_node.iter())
+            .map(|(node, cpu)| format!("{node} {cpu:.2}"))
+            .collect();
+        println!("{}: CPU s by node: {}", s.variant, nodes.join(", "));
+        let waits: Vec<String> = (s.runqueue_wait_s_by_node.iter())
+            .map(|(node, wait)| format!("{node} {wait:.2}"))
+            .collect();
+        println!("{}: s waiting for a core: {}", s.variant, waits.join(", "));
+    }
     println!(
         "medians of {repeats}: speed-up vs clock {}x, vs bsp {}x; clock flush {} of a clock; \
          plots {}",

@@ -233,7 +233,7 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "managed",
-        "managed communication (Bösen's mechanics) vs clock-boundary updates and BSP on a shaped link, skewed data",
+        "managed communication (Bösen's mechanics) vs clock-boundary updates and BSP on shaped links, skewed data (--netns: every node a process in its own network namespace, tc on both link ends)",
         "speedup_vs_clock speedup_vs_bsp flush_fraction",
     ),
     (

@@ -210,14 +210,14 @@ fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mu
         (
             "MF",
             managed,
-            "petrel bench managed --mbit 25 --target-rmse 0.3 --max-seconds 30 --plot-dir \
-             docs/figures --json-out docs/figures/managed.json",
+            "petrel bench managed --netns --mbit 25 --target-rmse 0.3 --max-seconds 30 \
+             --plot-dir docs/figures --json-out docs/figures/managed.json",
         ),
         (
             "LDA",
             managed_lda,
-            "petrel bench managed --app lda --mbit 45 --max-seconds 60 --plot-dir docs/figures \
-             --json-out docs/figures/managed-lda.json",
+            "petrel bench managed --app lda --netns --mbit 45 --max-seconds 60 --plot-dir \
+             docs/figures --json-out docs/figures/managed-lda.json",
         ),
     ] {
         let ratio = num(figures, "speedup_vs_clock");
@@ -229,7 +229,11 @@ fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mu
             command,
             paper_figure: "a large speed-up (exact factor unverified)",
             petrel_figure: format!(
-                "{app}: clock / managed = {}; bsp / managed = {} (medians)",
+                "{app}{}: clock / managed = {}; bsp / managed = {} (medians)",
+                match figures.and_then(|f| f.get("links")?.as_str()) {
+                    Some("netns-tc") => ", a process and namespace per node",
+                    _ => "",
+                },
                 show(ratio, "x"),
                 show(num(figures, "speedup_vs_bsp"), "x")
             ),

@@ -81,6 +81,7 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
     assert_eq!(names, ["clock", "relative-magnitude", "bsp"]);
     assert!(f.server_push);
+    assert_eq!(f.links, "shaper");
     assert_eq!((f.repeats, f.skew), (1, 1.0));
     let summaries: Vec<&str> = f.summaries.iter().map(|s| s.variant.as_str()).collect();
     assert_eq!(summaries, names);
@@ -370,5 +371,85 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
         assert!(app.deals >= 1, "{app:?}");
         assert_eq!(app.dynamic_rows.iter().sum::<u64>(), 4000);
         assert!(app.dynamic_rows[0] < app.dynamic_rows[1], "{app:?}");
+    }
+}
+
+/// `bench managed --netns`: one process per node in its own namespace; needs root and
+/// iproute2, skips with a message otherwise.
+#[test]
+fn managed_quick_across_network_namespaces_leaves_nothing_behind() {
+    if let Err(why) = petrel::netns::available() {
+        eprintln!("SKIPPED managed_quick_across_network_namespaces_leaves_nothing_behind: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let flags = "bench managed --netns --quick --workers 2 --shards 1 --netns-timeout-s 60 \
+                 --plot-dir . --json-out m.json";
+    let mut bench = std::process::Command::new(env!("CARGO_BIN_EXE_petrel-bench"));
+    bench.current_dir(dir.path()).env("RUST_LOG", "warn");
+    bench.args(flags.split_whitespace());
+    let piped = std::process::Stdio::piped;
+    let child = bench.stdout(piped()).stderr(piped()).spawn().unwrap();
+    // The bench's namespaces and run directories are named after its process id.
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    let f: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(f["links"], "netns-tc");
+    assert_eq!(
+        f["nodes"],
+        serde_json::json!(["shard-0", "monitor", "worker-0", "worker-1"])
+    );
+    for key in ["speedup_vs_clock", "speedup_vs_bsp", "flush_fraction"] {
+        assert!(f[key].is_number(), "{key}: {f}");
+    }
+    let runs = f["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["clock", "relative-magnitude", "bsp"]);
+    for r in runs {
+        // Every node's process reported the CPU it used, and the workers moved bytes.
+        let cpu = r["cpu_seconds_by_node"].as_object().unwrap();
+        assert_eq!(cpu.len(), 4, "{r}");
+        assert!(
+            cpu.values().all(|s| s.as_f64().is_some_and(|s| s > 0.0)),
+            "{r}"
+        );
+        let waits = r["runqueue_wait_s_by_node"].as_object().unwrap();
+        assert_eq!(waits.len(), 4, "{r}");
+        assert!(
+            waits.values().all(|s| s.as_f64().is_some_and(|s| s >= 0.0)),
+            "{r}"
+        );
+        assert!(
+            r["bytes_per_clock"].as_f64().is_some_and(|b| b > 0.0),
+            "{r}"
+        );
+        assert!(r["cpu_cores"].as_f64().is_some_and(|c| c > 0.0), "{r}");
+    }
+    for s in f["summaries"].as_array().unwrap() {
+        assert_eq!(
+            s["cpu_seconds_by_node"].as_object().unwrap().len(),
+            4,
+            "{s}"
+        );
+    }
+    // No namespace of the bench is left, nor a node process of its runs.
+    let prefix = format!("pmn{}-", pid % 10_000);
+    let list = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(!list.contains(&prefix), "namespaces left: {list}");
+    let runs_dir = format!("petrel-managed-netns-{pid}-");
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(!cmdline.contains(&runs_dir), "process left: {cmdline}");
     }
 }

@@ -123,7 +123,7 @@ fn absolute_dir(p: &Path) -> Result<PathBuf, CliError> {
 }
 
 /// `job` as an `[app.*]` section: its JSON form without `null`s (TOML has none).
-fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, CliError> {
+pub fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, CliError> {
     fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
         match v {
             serde_json::Value::Object(map) => serde_json::Value::Object(

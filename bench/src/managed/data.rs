@@ -3,6 +3,7 @@
 //! files the apps read (`user item rating` triplets, UCI bag of words).
 
 use crate::BenchError;
+use petrel_ml::data::synthetic::{power_law, power_law_weights};
 use rand::distributions::{Distribution, WeightedIndex};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -10,10 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 
-/// `(i + 1)^-exponent` for `i < n`: Zipf weights.
 fn zipf(n: usize, exponent: f64) -> Result<WeightedIndex<f64>, BenchError> {
-    WeightedIndex::new((1..=n).map(|i| (i as f64).powf(-exponent)))
-        .map_err(|e| BenchError::Incomplete(format!("power-law weights: {e}")))
+    power_law(n, exponent).map_err(|e| BenchError::Incomplete(format!("power-law weights: {e}")))
 }
 
 fn write(path: &Path, text: &str) -> Result<(), BenchError> {
@@ -77,7 +76,7 @@ pub fn write_corpus(
     let mut rng = StdRng::seed_from_u64(seed);
     let mut samplers = Vec::with_capacity(topics);
     for _ in 0..topics {
-        let w = (1..=vocab).map(|i| (i as f64).powf(-exponent) * rng.r#gen::<f64>().powi(4));
+        let w = power_law_weights(vocab, exponent).map(|p| p * rng.r#gen::<f64>().powi(4));
         samplers.push(
             WeightedIndex::new(w).map_err(|e| BenchError::Incomplete(format!("topic: {e}")))?,
         );

@@ -634,11 +634,7 @@ pub fn power_law_classification(
             n_features / 2
         )));
     }
-    if !exponent.is_finite() || exponent < 0.0 {
-        return Err(invalid(format!("exponent {exponent} must be >= 0")));
-    }
-    let freq = (1..=n_features).map(|j| (j as f64).powf(-exponent));
-    let pick = WeightedIndex::new(freq).map_err(|e| invalid(e.to_string()))?;
+    let pick = power_law(n_features, exponent)?;
     let mut rng = StdRng::seed_from_u64(params.seed);
     let true_weights = class_weights(&mut rng, params, nnz);
     labelled(params, true_weights, &mut rng, |rng| {
@@ -651,6 +647,19 @@ pub fn power_law_classification(
             indices: indices.into_iter().collect(),
         }
     })
+}
+
+/// Weights `(i + 1)^-exponent` for `i < n`: power-law (Zipf) popularity.
+pub fn power_law_weights(n: usize, exponent: f64) -> impl Iterator<Item = f64> {
+    (1..=n).map(move |i| (i as f64).powf(-exponent))
+}
+
+/// A sampler of `0..n` with [`power_law_weights`]: a few indices are drawn most of the time.
+pub fn power_law(n: usize, exponent: f64) -> Result<WeightedIndex<f64>, MlError> {
+    if !exponent.is_finite() || exponent < 0.0 {
+        return Err(invalid(format!("exponent {exponent} must be >= 0")));
+    }
+    WeightedIndex::new(power_law_weights(n, exponent)).map_err(|e| invalid(e.to_string()))
 }
 
 fn check_classification(params: &ClassificationParams) -> Result<(), MlError> {

@@ -29,9 +29,6 @@ pub enum SendPolicy {
     // The aliases read settings files written before the kebab-case spelling.
     #[serde(alias = "Fifo")]
     Fifo,
-    /// Uniformly shuffled (seeded, reproducible).
-    #[serde(alias = "Random")]
-    Random,
     /// Largest accumulated `sum_j |delta_j / x_j|` first, ties oldest first.
     #[serde(alias = "RelativeMagnitude")]
     RelativeMagnitude,
@@ -194,35 +191,23 @@ pub struct BandwidthManager {
     /// The shared wall-clock budget.
     pub pacer: Pacer,
     stats: ManagedStats,
-    rng: u64,
 }
 
 impl BandwidthManager {
-    /// A manager pacing its sends at `bytes_per_s` (`seed`: the `Random` order).
-    pub fn new(bytes_per_s: u64, policy: SendPolicy, seed: u64) -> Self {
+    /// A manager pacing its sends at `bytes_per_s`.
+    pub fn new(bytes_per_s: u64, policy: SendPolicy) -> Self {
         BandwidthManager {
             policy,
             batch_bytes: DEFAULT_BATCH_BYTES,
             tolerance: DEFAULT_TOLERANCE,
             pacer: Pacer::new(bytes_per_s),
             stats: ManagedStats::default(),
-            rng: seed | 1,
         }
     }
 
     /// What it sent so far.
     pub fn stats(&self) -> ManagedStats {
         self.stats
-    }
-
-    /// xorshift64*: no `rand` dependency in the library.
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
     /// Orders candidates by the policy.
@@ -234,13 +219,6 @@ impl BandwidthManager {
                     .total_cmp(&a.relative_magnitude)
                     .then(a.order.cmp(&b.order))
             }),
-            SendPolicy::Random => {
-                cands.sort_by_key(|c| c.order);
-                for i in (1..cands.len()).rev() {
-                    let j = (self.next_u64() % (i as u64 + 1)) as usize;
-                    cands.swap(i, j);
-                }
-            }
         }
     }
 
@@ -378,7 +356,6 @@ mod tests {
                 SendPolicy::RelativeMagnitude,
             ),
             ("managed = \"fifo\"", SendPolicy::Fifo),
-            ("managed = \"Random\"", SendPolicy::Random),
         ] {
             let s: S = toml::from_str(text).unwrap();
             assert_eq!(s.managed, want, "{text}");
@@ -410,7 +387,7 @@ mod tests {
         c.inc(T, RowId(7), 1, -0.5).unwrap();
         assert_eq!(priority(&c, 7), 0.5);
         // Sent: the priority starts again from the next Inc.
-        let mut m = BandwidthManager::new(1_000_000, SendPolicy::RelativeMagnitude, 1);
+        let mut m = BandwidthManager::new(1_000_000, SendPolicy::RelativeMagnitude);
         m.batch_bytes = row_bytes();
         assert_eq!(rows_of(&m.tick(&mut c, 0.0)), vec![0]);
         c.inc(T, RowId(0), 0, 1.0).unwrap();
@@ -447,7 +424,7 @@ mod tests {
         c.inc(T, RowId(1), 0, 0.5).unwrap();
         c.inc(T, RowId(2), 0, 4.0).unwrap();
         // Two rows per batch, 1 row's bytes per second.
-        let mut m = BandwidthManager::new(row_bytes() as u64, SendPolicy::RelativeMagnitude, 1);
+        let mut m = BandwidthManager::new(row_bytes() as u64, SendPolicy::RelativeMagnitude);
         m.batch_bytes = 2 * row_bytes();
         let first = m.tick(&mut c, 0.0);
         assert!(!first[0].end_of_clock);
@@ -463,29 +440,22 @@ mod tests {
             c.cached(T, RowId(1)).unwrap().0,
             &Row::Dense(vec![1.5, 0.0])
         );
-        // Fifo and Random orders.
+        // Fifo order.
         let mut f = client(Consistency::Bsp);
         for r in [2, 0, 1] {
             f.inc(T, RowId(r), 0, 1.0).unwrap();
         }
-        let mut fifo = BandwidthManager::new(1, SendPolicy::Fifo, 1);
+        let mut fifo = BandwidthManager::new(1, SendPolicy::Fifo);
         let mut cands: Vec<_> = f.oplog_candidates().into_iter().map(|c| c.0).collect();
         fifo.rank(&mut cands);
         assert_eq!(cands.iter().map(|c| c.row.0).collect::<Vec<_>>(), [2, 0, 1]);
-        let pick = |seed| {
-            let mut m = BandwidthManager::new(1, SendPolicy::Random, seed);
-            let cands = f.oplog_candidates().into_iter().map(|c| c.0).collect();
-            m.select(cands, usize::MAX)
-        };
-        assert_eq!(pick(42), pick(42));
-        assert_eq!(pick(42).len(), 3);
     }
 
     #[test]
     fn a_clock_forces_only_aged_rows_plus_one_priority_batch() {
         // s = 4, tolerance 2: at the end of clock c the rows from clocks <= c - 1 go.
         let mut c = client(Consistency::Ssp { staleness: 4 });
-        let mut m = BandwidthManager::new(1000, SendPolicy::RelativeMagnitude, 1);
+        let mut m = BandwidthManager::new(1000, SendPolicy::RelativeMagnitude);
         m.batch_bytes = row_bytes();
         c.inc(T, RowId(0), 0, 1.0).unwrap(); // priority .01
         c.inc(T, RowId(1), 0, 1.0).unwrap(); // priority 1: the priority batch
@@ -508,7 +478,7 @@ mod tests {
         assert_eq!(m.stats().clock_bytes, 3 * row_bytes() as u64);
         // BSP forces everything at every clock.
         let mut b = client(Consistency::Bsp);
-        let mut mb = BandwidthManager::new(1000, SendPolicy::RelativeMagnitude, 1);
+        let mut mb = BandwidthManager::new(1000, SendPolicy::RelativeMagnitude);
         mb.batch_bytes = 0;
         for r in 0..3 {
             b.inc(T, RowId(r), 0, 1.0).unwrap();
@@ -521,7 +491,7 @@ mod tests {
         let sp = spec(Consistency::Ssp { staleness: 8 });
         let mut c = client(Consistency::Ssp { staleness: 8 });
         let mut s = PsShardCore::new(1, vec![sp]).unwrap();
-        let mut m = BandwidthManager::new(1_000_000, SendPolicy::RelativeMagnitude, 1);
+        let mut m = BandwidthManager::new(1_000_000, SendPolicy::RelativeMagnitude);
         m.batch_bytes = 0;
         c.inc(T, RowId(3), 0, 1.0).unwrap();
         for b in m.clock(&mut c, 0.0) {

@@ -26,19 +26,16 @@ pub struct ServerPushConfig {
     pub batch_bytes: usize,
     /// Time between two ticks, ms (the shard actor's timer).
     pub tick_ms: u64,
-    /// Seeds the `Random` order.
-    pub seed: u64,
 }
 
 impl ServerPushConfig {
     /// Pushes paced at `bytes_per_s` in Bösen's 100 kB batches, a tick every `tick_ms`.
-    pub fn at_rate(policy: SendPolicy, bytes_per_s: u64, tick_ms: u64, seed: u64) -> Self {
+    pub fn at_rate(policy: SendPolicy, bytes_per_s: u64, tick_ms: u64) -> Self {
         ServerPushConfig {
             policy,
             bytes_per_s,
             batch_bytes: DEFAULT_BATCH_BYTES,
             tick_ms: tick_ms.max(1),
-            seed,
         }
     }
 }
@@ -78,7 +75,7 @@ pub(crate) struct ServerPush {
 
 impl ServerPush {
     pub(crate) fn new(cfg: ServerPushConfig) -> Self {
-        let mut manager = BandwidthManager::new(cfg.bytes_per_s, cfg.policy, cfg.seed);
+        let mut manager = BandwidthManager::new(cfg.bytes_per_s, cfg.policy);
         manager.batch_bytes = cfg.batch_bytes;
         ServerPush {
             manager,
@@ -143,7 +140,6 @@ mod tests {
             bytes_per_s: (batch_rows * row_bytes()) as u64,
             batch_bytes: batch_rows * row_bytes(),
             tick_ms: 10,
-            seed: 1,
         });
         s.handle_batch(&batch(0, 1, &[(0, 100.0), (1, 1.0), (2, 10.0)]))
             .unwrap();
@@ -251,7 +247,6 @@ mod tests {
             SendPolicy::RelativeMagnitude,
             1_000_000,
             10,
-            1,
         ));
         let mut c1 = ClientCore::new(WorkerId(1), 1, vec![spec()]).unwrap();
         // Worker 1 reads row 0 (a miss, served at once) and caches 0.

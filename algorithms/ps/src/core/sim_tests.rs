@@ -95,16 +95,12 @@ impl Sim {
                 .map(|w| ClientCore::new(WorkerId(w), n_shards, vec![spec.clone()]).unwrap())
                 .collect(),
             workers: (0..n_workers)
-                .map(|w| WorkerSim {
+                .map(|_| WorkerSim {
                     ops: VecDeque::new(),
                     blocked: false,
                     blocked_on: 0,
                     // Unpaced: the ops choose when to send.
-                    mgr: BandwidthManager::new(
-                        u64::MAX,
-                        SendPolicy::RelativeMagnitude,
-                        u64::from(w),
-                    ),
+                    mgr: BandwidthManager::new(u64::MAX, SendPolicy::RelativeMagnitude),
                 })
                 .collect(),
             to_shard: (0..n_workers)

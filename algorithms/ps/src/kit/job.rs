@@ -6,7 +6,6 @@ use std::time::Duration;
 use petrel_actors::{Cluster, NodeContext, Settings};
 
 use crate::core::checkpoint::Piece;
-use crate::core::server_push::ServerPushConfig;
 use crate::core::shard::{PsShardCore, not_checkpointable};
 use crate::error::PsError;
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
@@ -123,10 +122,7 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             None => PsShardCore::with_registry(n_workers, tables.clone(), &rules)?,
         };
         if let Some(cfg) = server_push {
-            core.enable_server_push(ServerPushConfig {
-                seed: cfg.seed + u64::from(s),
-                ..cfg
-            });
+            core.enable_server_push(cfg);
         }
         core.enable_eval_cuts(job.app.eval_every());
         let mut on_checkpoint: Option<shells::OnCheckpoint> = None;

@@ -58,8 +58,8 @@ impl ManagedSettings {
     }
 
     /// The worker's manager (`None` without `managed`), paced at `managed_bytes_per_s`.
-    pub fn manager(&self, seed: u64) -> Option<BandwidthManager> {
-        (self.managed).map(|policy| BandwidthManager::new(self.managed_bytes_per_s, policy, seed))
+    pub fn manager(&self) -> Option<BandwidthManager> {
+        (self.managed).map(|policy| BandwidthManager::new(self.managed_bytes_per_s, policy))
     }
 }
 
@@ -282,10 +282,10 @@ mod tests {
             compute_slices: 4,
         };
         assert_eq!(s.slices(), 1);
-        assert!(s.manager(1).is_none());
+        assert!(s.manager().is_none());
         s.managed = Some(SendPolicy::Fifo);
         assert_eq!(s.slices(), 4);
-        let pacer = s.manager(1).map(|m| m.pacer);
+        let pacer = s.manager().map(|m| m.pacer);
         assert_eq!(pacer, Some(crate::core::managed::Pacer::new(1000)));
         let mut c = SettingChecks::new();
         s.check(&mut c);

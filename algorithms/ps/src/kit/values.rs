@@ -34,7 +34,6 @@ value_enum!(ConsistencyModel {
 
 value_enum!(SendPolicy {
     Fifo = "fifo": "Oldest first (first `Inc` into the oplog)",
-    Random = "random": "Uniformly shuffled (seeded, reproducible)",
     RelativeMagnitude = "relative-magnitude": "Largest `|delta|_1 / (|value|_1 + eps)` first, ties oldest first",
 });
 

@@ -219,9 +219,7 @@ impl PsApp for PsLda {
     fn server_push(&self) -> Option<ServerPushConfig> {
         // Managed communication goes both ways, as in Bösen: shards push too.
         let comm = &self.cfg.comm;
-        (comm.managed).map(|policy| {
-            ServerPushConfig::at_rate(policy, comm.managed_bytes_per_s, 10, self.cfg.seed)
-        })
+        (comm.managed).map(|policy| ServerPushConfig::at_rate(policy, comm.managed_bytes_per_s, 10))
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, PsLdaReport>) -> Result<PsLdaWorkerState, PsError> {
@@ -229,7 +227,7 @@ impl PsApp for PsLda {
         let docs = self.docs.docs_of(&self.corpus, w);
         let lda = self.cfg.lda_config(ctx.n_workers() as usize);
         let core = PsLdaWorker::new(w, docs, self.corpus.vocab_size, &lda)?;
-        if let Some(manager) = self.cfg.comm.manager(self.cfg.seed + w as u64) {
+        if let Some(manager) = self.cfg.comm.manager() {
             ctx.client.start_managed(manager);
         }
         Ok(PsLdaWorkerState {

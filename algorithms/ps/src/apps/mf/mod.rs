@@ -176,7 +176,6 @@ impl PsApp for PsMf {
                 policy,
                 cfg.comm.managed_bytes_per_s,
                 cfg.server_push_tick_ms,
-                cfg.seed,
             )
         })
     }
@@ -190,7 +189,7 @@ impl PsApp for PsMf {
         mine.shuffle(&mut StdRng::seed_from_u64(self.cfg.seed + u64::from(w)));
         let nb = self.cfg.batches_per_epoch.max(1) as usize;
         let chunk = mine.len().div_ceil(nb).max(1);
-        if let Some(manager) = self.cfg.comm.manager(self.cfg.seed + u64::from(w)) {
+        if let Some(manager) = self.cfg.comm.manager() {
             ctx.client.start_managed(manager);
         }
         Ok(PsMfWorker {
