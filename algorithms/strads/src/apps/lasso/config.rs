@@ -216,6 +216,11 @@ impl Default for LassoSettings {
 }
 
 impl LassoSettings {
+    /// Worker `index`'s emulated slowness (`straggler`, `straggler_factor`).
+    pub fn slowness(&self, index: usize) -> crate::kit::dealing::Straggler {
+        crate::kit::dealing::Straggler::of(self.straggler, self.straggler_factor, index)
+    }
+
     /// The settings only `solver = "scheduled"` has that this job sets away from their
     /// defaults, as `(key, value)`.
     pub fn scheduled_only_settings(&self) -> Vec<(&'static str, String)> {
