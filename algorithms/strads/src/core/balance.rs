@@ -232,13 +232,19 @@ impl RowDealer {
             .iter()
             .map(|r| r.len() as u64)
             .collect();
-        Ok(Some(RowDealer {
+        Self::from_shares(shares).map(Some)
+    }
+
+    /// The dealer starting from `shares` units per worker (contiguous, in worker order).
+    pub fn from_shares(shares: Vec<u64>) -> Result<Self, StradsModelError> {
+        let workers = shares.len();
+        Ok(RowDealer {
             balancer: LoadBalancer::new(shares)?,
             last_busy: vec![0.0; workers],
             deals: 0,
             just_dealt: vec![false; workers],
             last_pull_s: 0.0,
-        }))
+        })
     }
 
     /// Worker `index` has computed `busy_s` seconds in all (cumulative): the part since

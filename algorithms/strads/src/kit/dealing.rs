@@ -3,8 +3,10 @@
 //! regression) the [`WholeDesign`] from which any row block is rebuilt at the committed
 //! coefficients. The scheduler's side is [`crate::core::balance::RowDealer`].
 
+use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use petrel_ml::data::SparseColumns;
+use petrel_ml::job::SettingChecks;
 use std::ops::Range;
 use std::time::Instant;
 
@@ -93,6 +95,35 @@ impl WholeDesign {
             values,
         })
     }
+}
+
+/// Why a setting is refused with `balance = "dynamic"`.
+pub(crate) const STATIC_ONLY: &str =
+    "applies to balance = \"static\" only (dynamic dealing moves work between the workers)";
+
+/// The dealing settings every app shares: a `straggler_factor` of at least 1 and, with
+/// `balance = "dynamic"`, no round checkpoints (a worker's checkpoint holds its static
+/// share).
+pub(crate) fn check_dealing(
+    c: &mut SettingChecks,
+    balance: Balance,
+    straggler_factor: f64,
+    checkpoint_dir: &Option<std::path::PathBuf>,
+    resume: bool,
+) {
+    c.finite("straggler_factor", straggler_factor);
+    c.at_least("straggler_factor", straggler_factor, 1.0);
+    if balance == Balance::Static {
+        return;
+    }
+    let dir = checkpoint_dir.as_deref().map(|d| d.display().to_string());
+    c.require(
+        checkpoint_dir.is_none(),
+        "checkpoint_dir",
+        dir.unwrap_or_default(),
+        STATIC_ONLY,
+    );
+    c.require(!resume, "resume", resume, STATIC_ONLY);
 }
 
 /// A worker's emulated slowness (the straggler of benches and tests): its compute takes
