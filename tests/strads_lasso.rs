@@ -8,7 +8,7 @@ use petrel_strads::apps::lasso::run_without_actors;
 use std::path::Path;
 
 use crate::common::fixtures::converging_lasso as job;
-use crate::common::{coefficients, metrics, petrel_cmd};
+use crate::common::{coefficients, metrics, petrel_cmd, train_balanced};
 
 #[test]
 fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
@@ -262,37 +262,6 @@ fn bad_libsvm_file_fails_with_its_line() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("bad.libsvm:2"), "{err}");
-}
-
-/// `petrel train <app> --balance <balance>` on 2 workers with worker 0 slowed `factor`
-/// times, into `dir/<balance>`: its `metrics.json`.
-fn train_balanced(
-    dir: &Path,
-    app: &str,
-    balance: &str,
-    factor: &str,
-    args: &str,
-) -> serde_json::Value {
-    let out = dir.join(balance);
-    let status = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
-        .args(["--workers", "2", "--transport", "memory"])
-        .args([
-            "--balance",
-            balance,
-            "--straggler",
-            "0",
-            "--straggler-factor",
-            factor,
-        ])
-        .args(args.split_whitespace())
-        .env("RUST_LOG", "warn")
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "petrel train {app} --balance {balance}: {status}"
-    );
-    metrics(&out)
 }
 
 /// Static and dynamic dealing's objectives are within 1e-6 relative; the dynamic run

@@ -413,7 +413,13 @@ impl StradsTrainApp for MfApp {
 
 impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
-    round_checkpoints!(LdaSettings);
+    fn timeout_s(job: &LdaSettings) -> u64 {
+        job.timeout_s
+    }
+    fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        // Dynamic dealing does not checkpoint (the settings' checks refuse a directory).
+        (job.balance == Balance::Static).then_some((&mut job.checkpoint_dir, &mut job.resume))
+    }
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)

@@ -430,3 +430,34 @@ pub fn trained_in_memory(dir: &Path, app: &str) -> PathBuf {
     );
     out
 }
+
+/// `petrel train <app> --balance <balance>` on 2 workers with worker 0 slowed `factor`
+/// times, into `dir/<balance>`: its `metrics.json`.
+pub fn train_balanced(
+    dir: &Path,
+    app: &str,
+    balance: &str,
+    factor: &str,
+    args: &str,
+) -> serde_json::Value {
+    let out = dir.join(balance);
+    let status = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+        .args(["--workers", "2", "--transport", "memory"])
+        .args([
+            "--balance",
+            balance,
+            "--straggler",
+            "0",
+            "--straggler-factor",
+            factor,
+        ])
+        .args(args.split_whitespace())
+        .env("RUST_LOG", "warn")
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "petrel train {app} --balance {balance}: {status}"
+    );
+    metrics(&out)
+}
