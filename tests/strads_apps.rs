@@ -2,7 +2,7 @@
 //! fits low-rank ratings; word-rotation LDA over QUIC gives exactly the serial driver's
 //! counts and log-likelihood for the same seed.
 
-use crate::common::train_balanced;
+use crate::common::{assert_dealt_off_worker_0, train_balanced};
 use petrel::train::run_job;
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
@@ -243,15 +243,7 @@ fn lda_dynamic_dealing_moves_documents_off_a_slow_worker_and_keeps_the_model() {
     let fixed = train_balanced(dir.path(), "lda", "static", "4", &args);
     let dynamic = train_balanced(dir.path(), "lda", "dynamic", "4", &args);
     assert!(fixed.get("balance").is_none(), "{fixed}");
-    let dealt: Vec<u64> = dynamic["balance"]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_u64().unwrap())
-        .collect();
-    assert_eq!(dealt.iter().sum::<u64>(), 300);
-    assert!(dealt[0] < dealt[1], "the slow worker kept {dealt:?}");
-    assert!(dynamic["balance"]["deals"].as_u64().unwrap() >= 1);
+    assert_dealt_off_worker_0(&dynamic, 300);
     let figure = |m: &serde_json::Value, key: &str| m[key].as_f64().unwrap();
     for key in ["tokens_sampled", "n_tokens"] {
         assert_eq!(figure(&fixed, key), figure(&dynamic, key), "{key}");

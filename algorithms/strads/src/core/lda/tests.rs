@@ -82,10 +82,9 @@ fn corpus() -> Corpus {
     .corpus
 }
 
-#[test]
-fn invariants_hold_after_every_sub_round() {
+/// Five topics over three workers: the corpus's word frequencies and the cluster.
+fn three_workers() -> (Vec<usize>, LdaCluster) {
     let corpus = corpus();
-    let freq = corpus.word_frequencies();
     let config = LdaConfig {
         n_topics: 5,
         alpha: 0.1,
@@ -94,7 +93,13 @@ fn invariants_hold_after_every_sub_round() {
         iterations: 0,
         seed: 1,
     };
-    let mut cluster = LdaCluster::new(&corpus, &config).unwrap();
+    let cluster = LdaCluster::new(&corpus, &config).unwrap();
+    (corpus.word_frequencies(), cluster)
+}
+
+#[test]
+fn invariants_hold_after_every_sub_round() {
+    let (freq, mut cluster) = three_workers();
     cluster.check_invariants(&freq).unwrap();
     for _ in 0..3 {
         for t in 0..3 {
@@ -158,17 +163,7 @@ pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, StradsMode
 
 #[test]
 fn moved_documents_keep_every_count_and_take_their_tokens_along() {
-    let corpus = corpus();
-    let freq = corpus.word_frequencies();
-    let config = LdaConfig {
-        n_topics: 5,
-        alpha: 0.1,
-        beta: 0.1,
-        n_workers: 3,
-        iterations: 0,
-        seed: 1,
-    };
-    let mut cluster = LdaCluster::new(&corpus, &config).unwrap();
+    let (freq, mut cluster) = three_workers();
     cluster.iteration();
     let tokens =
         |c: &LdaCluster, w: usize| -> u64 { (0..3).map(|b| c.workers[w].tokens_in_block(b)).sum() };
