@@ -270,11 +270,12 @@ impl Schedule<LdaApp> for LdaScheduling {
         }
         // Documents move only between passes, so every token is sampled once a pass.
         let between_passes = self.s.t == 0 && self.s.pass >= 1;
-        if between_passes && let Some(dealer) = &mut self.dealer {
-            if let DealGate::Deal(ranges) = dealer.gate(round, false, true) {
-                self.dealing = true;
-                return deal_step(ranges, |start, end| LdaTask::Deal { start, end });
-            }
+        if between_passes
+            && let Some(dealer) = &mut self.dealer
+            && let DealGate::Deal(ranges) = dealer.gate(round, false, true)
+        {
+            self.dealing = true;
+            return deal_step(ranges, |start, end| LdaTask::Deal { start, end });
         }
         let report = self.s.t + 1 == self.schedule.p;
         self.schedule.plan(self.s.t, |w, block| {
