@@ -6,6 +6,7 @@ mod common;
 
 mod chaos_hostile_member;
 mod chaos_link_cut;
+mod chaos_slow_worker;
 mod cli;
 mod examples_run;
 mod fuzz_regressions;

@@ -264,9 +264,9 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
         <MfApp as TrainApp>::SECTION => {
             job::<MfApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
         }
-        <LdaApp as TrainApp>::SECTION => {
-            job::<LdaApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
-        }
+        <LdaApp as TrainApp>::SECTION => job::<LdaApp>(value).is_some_and(|j| {
+            strads(&j.checkpoint_dir, j.checkpoint_every) && j.balance == Balance::Static
+        }),
         <PsMf as TrainApp>::SECTION => ps::<PsMf>(value),
         <PsLr as TrainApp>::SECTION => ps::<PsLr>(value),
         <PsLda as TrainApp>::SECTION => ps::<PsLda>(value),
@@ -413,7 +413,13 @@ impl StradsTrainApp for MfApp {
 
 impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
-    round_checkpoints!(LdaSettings);
+    fn timeout_s(job: &LdaSettings) -> u64 {
+        job.timeout_s
+    }
+    fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        // Dynamic dealing does not checkpoint (the settings' checks refuse a directory).
+        (job.balance == Balance::Static).then_some((&mut job.checkpoint_dir, &mut job.resume))
+    }
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)
@@ -459,6 +465,11 @@ mod default_checkpoint_tests {
         }
         // Several Lasso schedulers do not checkpoint; nor does a PS rule with shard state.
         assert!(!checkpoints_by_default("lasso", &json!({"schedulers": 2})));
+        // Dynamic dealing moves work between workers, so a worker's checkpoint would not fit.
+        for section in ["lasso", "logistic", "lda"] {
+            let dynamic = json!({"balance": "dynamic"});
+            assert!(!checkpoints_by_default(section, &dynamic), "{section}");
+        }
         assert!(!checkpoints_by_default("mf", &json!({"rule": "adagrad"})));
         // Apps without checkpoints, and a section that does not parse.
         assert!(!checkpoints_by_default("demo", &json!({"rounds": 3})));

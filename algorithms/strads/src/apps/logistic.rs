@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, decode_state, encode_state, strads_app};
+use crate::core::balance::{DealGate, RowDealer, RowDealing, deal_step, gate};
+use crate::kit::dealing::{Fitted, WholeDesign, WorkerDealing};
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
@@ -29,11 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::Balance;
 use super::lasso::checkpoint::data_fingerprint;
-use super::lasso::dealing::{
-    DealGate, Fitted, RowDealer, WholeDesign, WorkerDealing, deal_step, gate,
-};
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
-use super::lasso::metrics::RowDealing;
 use super::lasso::metrics::common_applied;
 use super::lasso::wire::{LassoCommit, check_vars};
 use super::lasso::{LassoSettings, linear_model, write_coefficients};
@@ -310,7 +308,7 @@ impl LogisticScheduling {
             lambda,
         )?;
         let shared = Arc::new(x.clone());
-        let dealer = RowDealer::of(job.balance, x.n_rows, workers)?;
+        let dealer = RowDealer::of(job.balance == Balance::Dynamic, x.n_rows, workers)?;
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,
             lambda,
@@ -712,7 +710,7 @@ impl StradsJob for LogisticApp {
         let mut worker = LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?;
         worker.data_digest = Some(digest);
         let whole = (job.balance == Balance::Dynamic).then(|| WholeDesign::new(x, labels, None));
-        worker.dealing = WorkerDealing::of(job, index, whole);
+        worker.dealing = WorkerDealing::of(job.slowness(index), whole);
         Ok(StarHalf(worker))
     }
 

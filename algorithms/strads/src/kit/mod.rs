@@ -8,6 +8,7 @@
 //!                 -> ready barrier
 //! ```
 
+pub mod dealing;
 pub mod serial;
 
 use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};

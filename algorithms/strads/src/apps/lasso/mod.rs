@@ -8,7 +8,6 @@
 pub mod baseline;
 pub mod checkpoint;
 pub mod config;
-pub mod dealing;
 pub mod gs;
 pub mod heldout;
 pub mod metrics;
@@ -31,6 +30,7 @@ pub use worker::LassoWorker;
 
 use crate::core::lasso::LassoWorkerState;
 use crate::error::StradsError;
+use crate::kit::dealing::WorkerDealing;
 use crate::kit::serial::Delivery;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
 use crate::shells::SchedulerOptions;
@@ -97,7 +97,7 @@ impl StradsJob for LassoApp {
             digest = job.data.is_some().then(|| data_fingerprint(&x, &y));
             let block = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
             if dynamic {
-                whole = Some(dealing::WholeDesign::new(x, y, means.clone()));
+                whole = Some(crate::kit::dealing::WholeDesign::new(x, y, means.clone()));
             }
             block
         } else {
@@ -112,7 +112,7 @@ impl StradsJob for LassoApp {
         };
         let mut worker = LassoWorker::with_schedulers(state, job.schedulers);
         worker.data_digest = digest;
-        worker = worker.dealing(dealing::WorkerDealing::of(job, index, whole));
+        worker = worker.dealing(WorkerDealing::of(job.slowness(index), whole));
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
         Ok(StarHalf(worker))
     }

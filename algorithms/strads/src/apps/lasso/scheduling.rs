@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::ClusterShape;
-use super::config::LassoSettings;
-use super::dealing::{DealGate, RowDealer, deal_step};
+use super::config::{Balance, LassoSettings};
 use super::heldout::LinearHeldout;
 use super::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
@@ -27,6 +26,7 @@ use super::metrics::{
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::balance::{DealGate, RowDealer, deal_step};
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
@@ -106,7 +106,7 @@ impl LassoScheduling {
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
-        let dealer = RowDealer::of(job.balance, x.n_rows, workers)?;
+        let dealer = RowDealer::of(job.balance == Balance::Dynamic, x.n_rows, workers)?;
         Ok(LassoScheduling {
             scheduler,
             col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
@@ -240,7 +240,7 @@ impl Schedule<LassoApp> for LassoScheduling {
         }
         let deal_in_flight = self.in_flight.iter().any(|(_, k)| *k == InFlight::Deal);
         let idle = in_flight == 0 && self.in_flight.is_empty();
-        match super::dealing::gate(self.dealer.as_mut(), round, deal_in_flight, idle) {
+        match crate::core::balance::gate(self.dealer.as_mut(), round, deal_in_flight, idle) {
             DealGate::Wait => return Step::Wait,
             DealGate::Deal(ranges) => {
                 self.in_flight.push_back((round, InFlight::Deal));

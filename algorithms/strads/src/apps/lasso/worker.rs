@@ -1,10 +1,10 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
-use super::dealing::{Fitted, WorkerDealing};
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy, check_vars};
 use crate::core::StradsModelError;
 use crate::core::app::{Push, decode_state, encode_state};
 use crate::core::lasso::LassoWorkerState;
+use crate::kit::dealing::{Fitted, WorkerDealing};
 use petrel_messages::tensor::f64_bytes;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
