@@ -294,6 +294,12 @@ pub trait StradsTrainApp:
         let _ = (job, transport);
         Ok(())
     }
+    /// Whether `job` takes workers that join and leave while it runs (`--standby-workers`,
+    /// `--scale`); the default: no, the app keeps a fixed membership.
+    fn elastic(job: &Self::Job) -> bool {
+        let _ = job;
+        false
+    }
     /// The scheduler nodes of its cluster (with `colocate`, all on one node).
     fn scheduler_nodes(job: &Self::Job, colocate: bool) -> Vec<(String, Vec<String>)> {
         let _ = (job, colocate);
@@ -339,6 +345,9 @@ impl StradsTrainApp for LassoApp {
     }
     fn scheduler_nodes(job: &LassoSettings, colocate: bool) -> Vec<(String, Vec<String>)> {
         super::lasso_scheduler_nodes(job.schedulers, colocate)
+    }
+    fn elastic(job: &LassoSettings) -> bool {
+        petrel_strads::apps::lasso::supports_membership_changes(job)
     }
     fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         if attempt > 0 {

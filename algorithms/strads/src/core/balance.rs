@@ -215,6 +215,8 @@ pub struct RowDealer {
     /// When the last round was pulled (seconds into the run): a deal's cost is the time
     /// from there to its own pull.
     last_pull_s: f64,
+    /// The changes of the workers so far (elastic jobs).
+    changes: Vec<WorkerChange>,
 }
 
 impl RowDealer {
@@ -244,6 +246,7 @@ impl RowDealer {
             deals: 0,
             just_dealt: vec![false; workers],
             last_pull_s: 0.0,
+            changes: Vec::new(),
         })
     }
 
@@ -298,8 +301,57 @@ impl RowDealer {
             deals: self.deals,
             rows: self.balancer.shares().to_vec(),
             seconds_per_row: self.balancer.seconds_per_unit(),
+            changes: self.changes.clone(),
         }
     }
+
+    /// The workers change at `round` ([`crate::core::roster::Reshape`]): the rows are
+    /// dealt evenly over the `staying` workers, nothing measured yet, and each of the
+    /// `leaving` ones (dealt after them) gets none. The ranges of the change's round, in
+    /// its worker order.
+    pub fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Vec<Range<u64>>, StradsModelError> {
+        let total: u64 = self.balancer.shares().iter().sum();
+        let staying = change.staying().len();
+        let shares = super::split_evenly(total as usize, staying)
+            .iter()
+            .map(|r| r.len() as u64)
+            .collect();
+        let changes = std::mem::take(&mut self.changes);
+        *self = Self::from_shares(shares)?;
+        self.just_dealt.iter_mut().for_each(|d| *d = true);
+        self.changes = changes;
+        self.changes.push(WorkerChange {
+            round,
+            joined: change.joining().iter().map(|w| w.to_string()).collect(),
+            left: change.leaving().to_vec(),
+            workers: change.staying().to_vec(),
+            rows: self.balancer.shares().to_vec(),
+        });
+        let mut ranges = self.balancer.ranges();
+        ranges.extend(change.leaving().iter().map(|_| total..total));
+        tracing::info!(round, rows = ?self.balancer.shares(), "rows dealt over the changed workers");
+        Ok(ranges)
+    }
+}
+
+/// A change of the workers: who joined and left at which round, and the rows each
+/// worker (in order) took.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerChange {
+    /// The change's round.
+    pub round: u64,
+    /// Workers that joined.
+    pub joined: Vec<String>,
+    /// Workers that left.
+    pub left: Vec<String>,
+    /// The workers after it, in worker order.
+    pub workers: Vec<String>,
+    /// Rows of each of them.
+    pub rows: Vec<u64>,
 }
 
 /// The deal round of `ranges`: worker `i` gets `task(start, end)` of `ranges[i]`.
@@ -328,6 +380,9 @@ pub struct RowDealing {
     pub rows: Vec<u64>,
     /// Each worker's smoothed seconds per row at the end (0 where never measured).
     pub seconds_per_row: Vec<f64>,
+    /// The workers' joins and leaves, in order (none with a fixed membership).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<WorkerChange>,
 }
 
 #[cfg(test)]
@@ -469,5 +524,28 @@ mod tests {
         assert!(ranges[0].end < 50, "{ranges:?}");
         assert_eq!(dealer.report().deals, 1);
         assert_eq!(dealer.report().rows[0], ranges[0].end);
+    }
+
+    #[test]
+    fn a_change_deals_evenly_over_the_staying_workers_and_nothing_to_the_leavers() {
+        use crate::core::roster::Roster;
+        let mut dealer = RowDealer::of(true, 100, 2).unwrap().unwrap();
+        let mut roster = Roster::new(vec!["w0".into(), "w1".into()]);
+        roster.announce("w2".into(), false);
+        roster.announce("w0".into(), true);
+        let change = roster
+            .reshape(&["w0".into(), "w1".into(), "w2".into()])
+            .unwrap();
+        let ranges = dealer.reshape(7, &change).unwrap();
+        assert_eq!(ranges, vec![0..50, 50..100, 100..100]);
+        let report = dealer.report();
+        assert_eq!(report.rows, vec![50, 50]);
+        assert_eq!(report.changes.len(), 1);
+        assert_eq!(report.changes[0].joined, vec!["w2".to_string()]);
+        assert_eq!(report.changes[0].left, vec!["w0".to_string()]);
+        // The answers right after the change only set the baseline of each worker.
+        dealer.observe(0, 5.0);
+        dealer.observe(1, 1.0);
+        assert_eq!(dealer.report().seconds_per_row, vec![0.0, 0.0]);
     }
 }

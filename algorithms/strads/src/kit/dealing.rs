@@ -62,6 +62,22 @@ impl WholeDesign {
         }
     }
 
+    /// Takes the model of a running job it joins: `coefficients`.
+    pub(crate) fn set_coefficients(
+        &mut self,
+        coefficients: &[f32],
+    ) -> Result<(), StradsModelError> {
+        if coefficients.len() != self.coefficients.len() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "{} coefficients for {} columns",
+                coefficients.len(),
+                self.coefficients.len()
+            )));
+        }
+        self.coefficients = coefficients.iter().map(|&b| f64::from(b)).collect();
+        Ok(())
+    }
+
     /// Rows `rows` with their `fitted` values at the current coefficients.
     pub(crate) fn rows(
         &self,
@@ -184,6 +200,16 @@ impl WorkerDealing {
     pub(crate) fn apply(&mut self, changes: &[(usize, f32)]) {
         if let Some(whole) = &mut self.whole {
             whole.apply(changes);
+        }
+    }
+
+    /// Joins a running job at `coefficients` (with the whole design).
+    pub(crate) fn join(&mut self, coefficients: &[f32]) -> Result<(), StradsModelError> {
+        match &mut self.whole {
+            Some(whole) => whole.set_coefficients(coefficients),
+            None => Err(StradsModelError::protocol(
+                "a join of a worker of static dealing",
+            )),
         }
     }
 

@@ -161,7 +161,31 @@ pub fn register(cluster: Cluster) -> Cluster {
 /// "gauss-seidel"`, a column-holding one ([`gs`]).
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(LassoApp::SECTION)?;
+    check_membership(&ctx, &job, WORKER_ROLE)?;
     solver_role::<gs::LassoGsApp, LassoApp>(ctx, &job, false).await
+}
+
+/// Whether `job` handles joins and leaves of its workers: the scheduled solver with
+/// `balance = "dynamic"` and one scheduler, whose deal rounds re-deal the rows over the
+/// workers of the moment.
+pub fn supports_membership_changes(job: &LassoSettings) -> bool {
+    job.resolved_solver() == LassoSolver::Scheduled
+        && job.balance == Balance::Dynamic
+        && job.schedulers <= 1
+}
+
+/// Refuses a cluster whose members may change unless the job handles it.
+fn check_membership(
+    ctx: &petrel_actors::NodeContext,
+    job: &LassoSettings,
+    role: &str,
+) -> Result<(), StradsError> {
+    match ctx.settings.allows_membership_changes() && !supports_membership_changes(job) {
+        true => Err(StradsError::FixedMembership {
+            role: role.to_string(),
+        }),
+        false => Ok(()),
+    }
 }
 
 /// The scheduler's (`scheduler`) or a worker's role of job `G` under the Gauss-Seidel

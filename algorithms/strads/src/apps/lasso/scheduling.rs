@@ -244,7 +244,11 @@ impl Schedule<LassoApp> for LassoScheduling {
             DealGate::Wait => return Step::Wait,
             DealGate::Deal(ranges) => {
                 self.in_flight.push_back((round, InFlight::Deal));
-                return deal_step(ranges, |start, end| LassoTask::Deal { start, end });
+                return deal_step(ranges, |start, end| LassoTask::Deal {
+                    start,
+                    end,
+                    join: None,
+                });
             }
             DealGate::Proceed => {}
         }
@@ -471,5 +475,39 @@ impl Schedule<LassoApp> for LassoScheduling {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    /// With `balance = "dynamic"`, a deal round over the changed workers: joiners get the
+    /// coefficients with their rows. Nothing once the job is stopping.
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Option<Step<LassoTask>>, StradsModelError> {
+        let Some(dealer) = self.dealer.as_mut() else {
+            return Err(StradsModelError::InvalidConfig(
+                "joins and leaves need balance = \"dynamic\"".into(),
+            ));
+        };
+        if self.s.stopping {
+            return Ok(None);
+        }
+        let ranges = dealer.reshape(round, change)?;
+        let join = super::wire::LassoJoin {
+            coefficients: self.s.coefficients.clone(),
+            applied: self.s.l1_after.len() as u64 - 1,
+        };
+        let tasks = ranges
+            .into_iter()
+            .zip(&change.joined)
+            .map(|(r, &joined)| LassoTask::Deal {
+                start: r.start,
+                end: r.end,
+                join: joined.then(|| join.clone()),
+            })
+            .collect();
+        // Like a balancing deal, it does not count toward `max_rounds`.
+        self.in_flight.push_back((round, InFlight::Deal));
+        Ok(Some(Step::Run(Plan::PerWorker(tasks))))
     }
 }

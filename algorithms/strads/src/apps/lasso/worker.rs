@@ -123,7 +123,12 @@ impl Push<LassoApp> for LassoWorker {
                     applied,
                 })
             }
-            LassoTask::Deal { start, end } => {
+            LassoTask::Deal { start, end, join } => {
+                if let Some(join) = join {
+                    self.dealing.join(&join.coefficients)?;
+                    self.applied[0] = join.applied;
+                }
+                let applied = self.applied(scheduler)?;
                 let whole = self.dealing.whole()?;
                 let block = whole.rows(*start as usize..*end as usize, Fitted::Residual)?;
                 let mut state = match whole.means() {
@@ -175,5 +180,9 @@ impl Push<LassoApp> for LassoWorker {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    fn holds_work(&self) -> bool {
+        self.state.n_rows() > 0
     }
 }
