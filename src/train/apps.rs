@@ -376,6 +376,9 @@ impl StradsTrainApp for LassoApp {
 
 impl StradsTrainApp for LogisticApp {
     type Metrics = LogisticMetrics;
+    fn elastic(job: &LassoSettings) -> bool {
+        petrel_strads::apps::lasso::supports_membership_changes(job)
+    }
     fn timeout_s(job: &LassoSettings) -> u64 {
         job.timeout_s
     }

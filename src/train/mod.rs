@@ -110,7 +110,7 @@ impl Membership {
         }
         if transport.is_none() || !A::elastic(job) {
             return Err(CliError::Usage(format!(
-                "--standby-workers and --scale: {} keeps a fixed membership here (joins and leaves need `train lasso --solver scheduled --balance dynamic` on a cluster)",
+                "--standby-workers and --scale: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` on a cluster)",
                 A::NAME
             )));
         }

@@ -74,6 +74,9 @@ pub enum LogisticTask {
         start: u64,
         /// One past the last row.
         end: u64,
+        /// For a worker that joins with this deal: the model so far.
+        #[serde(default)]
+        join: Option<super::lasso::wire::LassoJoin>,
     },
 }
 
@@ -163,7 +166,11 @@ impl Push<LogisticApp> for LogisticWorker {
                 self.busy_s += started.elapsed().as_secs_f64();
                 pushed
             }
-            LogisticTask::Deal { start, end } => {
+            LogisticTask::Deal { start, end, join } => {
+                if let Some(join) = join {
+                    self.dealing.join(&join.coefficients)?;
+                    self.applied = join.applied;
+                }
                 self.deal(*start as usize..*end as usize)?;
                 (Vec::new(), Vec::new())
             }
@@ -205,6 +212,10 @@ impl Push<LogisticApp> for LogisticWorker {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    fn holds_work(&self) -> bool {
+        self.rows > 0
     }
 }
 
@@ -395,7 +406,11 @@ impl Schedule<LogisticApp> for LogisticScheduling {
                 DealGate::Wait => return Step::Wait,
                 DealGate::Deal(ranges) => {
                     self.in_flight.push_back((round, None));
-                    return deal_step(ranges, |start, end| LogisticTask::Deal { start, end });
+                    return deal_step(ranges, |start, end| LogisticTask::Deal {
+                        start,
+                        end,
+                        join: None,
+                    });
                 }
                 DealGate::Proceed => {}
             }
@@ -542,6 +557,39 @@ impl Schedule<LogisticApp> for LogisticScheduling {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    /// With `balance = "dynamic"`, a deal round over the changed workers (joiners get the
+    /// coefficients); nothing from the final measuring round on.
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Option<Step<LogisticTask>>, StradsModelError> {
+        let Some(dealer) = self.dealer.as_mut() else {
+            return Err(StradsModelError::InvalidConfig(
+                "joins and leaves need balance = \"dynamic\"".into(),
+            ));
+        };
+        if self.s.scheduled >= self.max_rounds {
+            return Ok(None);
+        }
+        let applied = self.s.l1_after.len() as u64 - 1;
+        let coefficients = &self.s.coefficients;
+        let step = crate::kit::dealing::change_deal(
+            dealer,
+            round,
+            change,
+            coefficients,
+            applied,
+            |rows, join| LogisticTask::Deal {
+                start: rows.start,
+                end: rows.end,
+                join,
+            },
+        )?;
+        self.in_flight.push_back((round, None));
+        Ok(Some(step))
     }
 }
 
@@ -741,11 +789,13 @@ pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
 
 async fn scheduler_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    super::lasso::check_membership(&ctx, &job, SCHEDULER_ROLE)?;
     super::lasso::solver_role::<gs::LogisticGsApp, LogisticApp>(ctx, &job, true).await
 }
 
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    super::lasso::check_membership(&ctx, &job, WORKER_ROLE)?;
     super::lasso::solver_role::<gs::LogisticGsApp, LogisticApp>(ctx, &job, false).await
 }
 

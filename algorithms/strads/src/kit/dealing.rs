@@ -4,7 +4,11 @@
 //! coefficients. The scheduler's side is [`crate::core::balance::RowDealer`].
 
 use crate::apps::lasso::Balance;
+use crate::apps::lasso::wire::LassoJoin;
 use crate::core::StradsModelError;
+use crate::core::app::{Plan, Step};
+use crate::core::balance::RowDealer;
+use crate::core::roster::Reshape;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::job::SettingChecks;
 use std::ops::Range;
@@ -111,6 +115,30 @@ impl WholeDesign {
             values,
         })
     }
+}
+
+/// The deal round of a change of the workers (`dynamic` dealing): the rows dealt evenly
+/// over the staying workers, none to the leavers, and to each joiner the model so far
+/// (`coefficients`, after `applied` commits); `task(rows, join)` is one worker's task.
+pub(crate) fn change_deal<T>(
+    dealer: &mut RowDealer,
+    round: u64,
+    change: &Reshape,
+    coefficients: &[f32],
+    applied: u64,
+    task: impl Fn(Range<u64>, Option<LassoJoin>) -> T,
+) -> Result<Step<T>, StradsModelError> {
+    let ranges = dealer.reshape(round, change)?;
+    let join = LassoJoin {
+        coefficients: coefficients.to_vec(),
+        applied,
+    };
+    let tasks = ranges
+        .into_iter()
+        .zip(&change.joined)
+        .map(|(rows, &joined)| task(rows, joined.then(|| join.clone())))
+        .collect();
+    Ok(Step::Run(Plan::PerWorker(tasks)))
 }
 
 /// Why a setting is refused with `balance = "dynamic"`.

@@ -175,7 +175,7 @@ pub fn supports_membership_changes(job: &LassoSettings) -> bool {
 }
 
 /// Refuses a cluster whose members may change unless the job handles it.
-fn check_membership(
+pub(crate) fn check_membership(
     ctx: &petrel_actors::NodeContext,
     job: &LassoSettings,
     role: &str,

@@ -30,6 +30,7 @@ use crate::core::balance::{DealGate, RowDealer, deal_step};
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
+use crate::kit::dealing::change_deal;
 use petrel_messages::tensor::{f32_bytes, f64_bytes};
 use petrel_ml::data::SparseColumns;
 use petrel_ml::model::LinearTask;
@@ -492,22 +493,22 @@ impl Schedule<LassoApp> for LassoScheduling {
         if self.s.stopping {
             return Ok(None);
         }
-        let ranges = dealer.reshape(round, change)?;
-        let join = super::wire::LassoJoin {
-            coefficients: self.s.coefficients.clone(),
-            applied: self.s.l1_after.len() as u64 - 1,
-        };
-        let tasks = ranges
-            .into_iter()
-            .zip(&change.joined)
-            .map(|(r, &joined)| LassoTask::Deal {
-                start: r.start,
-                end: r.end,
-                join: joined.then(|| join.clone()),
-            })
-            .collect();
+        let applied = self.s.l1_after.len() as u64 - 1;
+        let coefficients = &self.s.coefficients;
+        let step = change_deal(
+            dealer,
+            round,
+            change,
+            coefficients,
+            applied,
+            |rows, join| LassoTask::Deal {
+                start: rows.start,
+                end: rows.end,
+                join,
+            },
+        )?;
         // Like a balancing deal, it does not count toward `max_rounds`.
         self.in_flight.push_back((round, InFlight::Deal));
-        Ok(Some(Step::Run(Plan::PerWorker(tasks))))
+        Ok(Some(step))
     }
 }
