@@ -378,3 +378,36 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
         assert!(app.dynamic_rows[0] < app.dynamic_rows[1], "{app:?}");
     }
 }
+
+#[test]
+fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
+    let (_dir, a) = parse_in::<petrel_bench::elastic::ElasticBenchArgs>(
+        "--quick --transport memory --out {dir}",
+    );
+    let f = petrel_bench::elastic::measure(&a).unwrap();
+    let json = serde_json::to_value(&f).unwrap();
+    assert_eq!(json["bench"], "elastic");
+    let keys = [
+        "app",
+        "changes",
+        "identical",
+        "within_tolerance",
+        "seconds_lost_per_change",
+        "orphans",
+        "hangs",
+    ];
+    for app in json["apps"].as_array().unwrap() {
+        for key in keys {
+            assert!(app.get(key).is_some(), "no {key} in {json}");
+        }
+    }
+    let names: Vec<&str> = f.apps.iter().map(|a| a.app.as_str()).collect();
+    assert_eq!(names, ["lasso", "logistic"]);
+    for app in &f.apps {
+        assert_eq!((app.changes, app.hangs, app.orphans), (2, 0, 0), "{json}");
+        assert_eq!(app.rows.iter().sum::<u64>(), 300, "{json}");
+    }
+    // The Lasso runs as many rounds either way, to the same objective.
+    assert!(f.apps[0].within_tolerance, "{json}");
+    assert!(f.fixed_membership.contains(&"strads-mf".to_string()));
+}

@@ -389,13 +389,21 @@ pub fn run_job<A: apps::StradsTrainApp>(
 where
     A::Config: serde::Serialize,
 {
-    run_star_job::<A>(
-        job.clone(),
-        &A::scheduler_nodes(job, false),
-        workers,
-        transport,
-        &Membership::default(),
-    )
+    run_job_with::<A>(job, workers, transport, &Membership::default())
+}
+
+/// [`run_job`] with workers that join and leave as `membership` says.
+pub fn run_job_with<A: apps::StradsTrainApp>(
+    job: &A::Config,
+    workers: usize,
+    transport: JobTransport,
+    membership: &Membership,
+) -> Result<A::Metrics, CliError>
+where
+    A::Config: serde::Serialize,
+{
+    let nodes = A::scheduler_nodes(job, false);
+    run_star_job::<A>(job.clone(), &nodes, workers, transport, membership)
 }
 
 /// Why a finished run stopped, from its `metrics.json`, and its held-out figures.
