@@ -566,28 +566,21 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         round: u64,
         change: &crate::core::roster::Reshape,
     ) -> Result<Option<Step<LogisticTask>>, StradsModelError> {
-        let Some(dealer) = self.dealer.as_mut() else {
-            return Err(StradsModelError::InvalidConfig(
-                "joins and leaves need balance = \"dynamic\"".into(),
-            ));
-        };
         if self.s.scheduled >= self.max_rounds {
             return Ok(None);
         }
-        let applied = self.s.l1_after.len() as u64 - 1;
-        let coefficients = &self.s.coefficients;
-        let step = crate::kit::dealing::change_deal(
-            dealer,
-            round,
-            change,
-            coefficients,
-            applied,
-            |rows, join| LogisticTask::Deal {
+        let model = (
+            self.s.coefficients.as_slice(),
+            self.s.l1_after.len() as u64 - 1,
+        );
+        let dealer = self.dealer.as_mut();
+        let step = crate::kit::dealing::change_deal(dealer, round, change, model, |rows, join| {
+            LogisticTask::Deal {
                 start: rows.start,
                 end: rows.end,
                 join,
-            },
-        )?;
+            }
+        })?;
         self.in_flight.push_back((round, None));
         Ok(Some(step))
     }

@@ -117,17 +117,20 @@ impl WholeDesign {
     }
 }
 
-/// The deal round of a change of the workers (`dynamic` dealing): the rows dealt evenly
-/// over the staying workers, none to the leavers, and to each joiner the model so far
-/// (`coefficients`, after `applied` commits); `task(rows, join)` is one worker's task.
+/// The deal round of a change of the workers: the rows dealt evenly over the staying
+/// workers, none to the leavers, and to each joiner the model so far (`coefficients`,
+/// after `applied` commits); `task(rows, join)` is one worker's task. Refused without a
+/// `dealer` (`balance = "static"`).
 pub(crate) fn change_deal<T>(
-    dealer: &mut RowDealer,
+    dealer: Option<&mut RowDealer>,
     round: u64,
     change: &Reshape,
-    coefficients: &[f32],
-    applied: u64,
+    (coefficients, applied): (&[f32], u64),
     task: impl Fn(Range<u64>, Option<LassoJoin>) -> T,
 ) -> Result<Step<T>, StradsModelError> {
+    let dealer = dealer.ok_or_else(|| {
+        StradsModelError::InvalidConfig("joins and leaves need balance = \"dynamic\"".into())
+    })?;
     let ranges = dealer.reshape(round, change)?;
     let join = LassoJoin {
         coefficients: coefficients.to_vec(),

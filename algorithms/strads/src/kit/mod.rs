@@ -136,6 +136,9 @@ pub trait StradsJob: StradsApp + Sized {
     ) -> Result<(), StradsError>;
 }
 
+/// A worker of an elastic job, started: the receiver fires when it may leave.
+pub type StartedElastic = Result<futures::channel::oneshot::Receiver<()>, StradsError>;
+
 /// A worker half with its routing (as an actor and in the serial driver).
 pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
     /// Starts worker `index` of `workers` (node names, in order) as actor `actor`.
@@ -161,12 +164,7 @@ pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
     /// Starts worker `index` in a job whose workers join and leave; the receiver fires
     /// once it was asked to leave and holds no work. The default refuses (ring routing
     /// keeps its members).
-    fn start_elastic(
-        self,
-        node: &Node,
-        actor: &str,
-        index: u32,
-    ) -> Result<futures::channel::oneshot::Receiver<()>, StradsError> {
+    fn start_elastic(self, node: &Node, actor: &str, index: u32) -> StartedElastic {
         let _ = (node, actor, index);
         Err(StradsError::FixedMembership {
             role: actor.to_string(),
@@ -202,12 +200,7 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
         self.0.data_digest()
     }
 
-    fn start_elastic(
-        self,
-        node: &Node,
-        actor: &str,
-        index: u32,
-    ) -> Result<futures::channel::oneshot::Receiver<()>, StradsError> {
+    fn start_elastic(self, node: &Node, actor: &str, index: u32) -> StartedElastic {
         Ok(start_elastic_worker::<A, W>(node, actor, index, self.0)?)
     }
 }

@@ -485,28 +485,19 @@ impl Schedule<LassoApp> for LassoScheduling {
         round: u64,
         change: &crate::core::roster::Reshape,
     ) -> Result<Option<Step<LassoTask>>, StradsModelError> {
-        let Some(dealer) = self.dealer.as_mut() else {
-            return Err(StradsModelError::InvalidConfig(
-                "joins and leaves need balance = \"dynamic\"".into(),
-            ));
-        };
         if self.s.stopping {
             return Ok(None);
         }
-        let applied = self.s.l1_after.len() as u64 - 1;
-        let coefficients = &self.s.coefficients;
-        let step = change_deal(
-            dealer,
-            round,
-            change,
-            coefficients,
-            applied,
-            |rows, join| LassoTask::Deal {
-                start: rows.start,
-                end: rows.end,
-                join,
-            },
-        )?;
+        let model = (
+            self.s.coefficients.as_slice(),
+            self.s.l1_after.len() as u64 - 1,
+        );
+        let dealer = self.dealer.as_mut();
+        let step = change_deal(dealer, round, change, model, |rows, join| LassoTask::Deal {
+            start: rows.start,
+            end: rows.end,
+            join,
+        })?;
         // Like a balancing deal, it does not count toward `max_rounds`.
         self.in_flight.push_back((round, InFlight::Deal));
         Ok(Some(step))
