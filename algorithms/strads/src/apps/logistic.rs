@@ -300,6 +300,9 @@ pub struct LogisticScheduling {
     data_digest: Option<u64>,
     /// The rows' dealer with `balance = "dynamic"`.
     dealer: Option<RowDealer>,
+    /// With `balance = "dynamic"`: the coefficients as the workers sum the commits, for
+    /// the workers that join.
+    committed: Vec<f64>,
 }
 
 impl LogisticScheduling {
@@ -345,6 +348,10 @@ impl LogisticScheduling {
             heldout,
             commit_log: CommitLog::default(),
             data_digest: None,
+            committed: match dealer {
+                Some(_) => vec![0.0; x.n_columns()],
+                None => Vec::new(),
+            },
             dealer,
         })
     }
@@ -519,6 +526,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             self.commit_log.push(old_values);
         }
         self.scheduler.commit(&changes);
+        crate::kit::dealing::add_changes(&mut self.committed, &changes);
         self.s.updates += vars.len() as u64;
         self.s.l1_after.push(self.s.l1);
         self.s.updates_after.push(self.s.updates);
@@ -569,10 +577,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         if self.s.scheduled >= self.max_rounds {
             return Ok(None);
         }
-        let model = (
-            self.s.coefficients.as_slice(),
-            self.s.l1_after.len() as u64 - 1,
-        );
+        let model = (self.committed.as_slice(), self.s.l1_after.len() as u64 - 1);
         let dealer = self.dealer.as_mut();
         let step = crate::kit::dealing::change_deal(dealer, round, change, model, |rows, join| {
             LogisticTask::Deal {

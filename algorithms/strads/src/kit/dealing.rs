@@ -59,17 +59,13 @@ impl WholeDesign {
 
     /// Follows a commit's coefficient changes.
     pub(crate) fn apply(&mut self, changes: &[(usize, f32)]) {
-        for &(j, delta) in changes {
-            if let Some(b) = self.coefficients.get_mut(j) {
-                *b += f64::from(delta);
-            }
-        }
+        add_changes(&mut self.coefficients, changes);
     }
 
     /// Takes the model of a running job it joins: `coefficients`.
     pub(crate) fn set_coefficients(
         &mut self,
-        coefficients: &[f32],
+        coefficients: &[f64],
     ) -> Result<(), StradsModelError> {
         if coefficients.len() != self.coefficients.len() {
             return Err(StradsModelError::DimensionMismatch(format!(
@@ -78,7 +74,7 @@ impl WholeDesign {
                 self.coefficients.len()
             )));
         }
-        self.coefficients = coefficients.iter().map(|&b| f64::from(b)).collect();
+        self.coefficients = coefficients.to_vec();
         Ok(())
     }
 
@@ -117,15 +113,25 @@ impl WholeDesign {
     }
 }
 
+/// Adds a commit's coefficient changes to `coefficients` (in f64, as every worker's whole
+/// design and the scheduler's copy for joiners do, so they agree bit for bit).
+pub(crate) fn add_changes(coefficients: &mut [f64], changes: &[(usize, f32)]) {
+    for &(j, delta) in changes {
+        if let Some(b) = coefficients.get_mut(j) {
+            *b += f64::from(delta);
+        }
+    }
+}
+
 /// The deal round of a change of the workers: the rows dealt evenly over the staying
-/// workers, none to the leavers, and to each joiner the model so far (`coefficients`,
-/// after `applied` commits); `task(rows, join)` is one worker's task. Refused without a
-/// `dealer` (`balance = "static"`).
+/// workers, none to the leavers, and to each joiner the model so far (`coefficients` as
+/// [`add_changes`] sums them, after `applied` commits); `task(rows, join)` is one worker's
+/// task. Refused without a `dealer` (`balance = "static"`).
 pub(crate) fn change_deal<T>(
     dealer: Option<&mut RowDealer>,
     round: u64,
     change: &Reshape,
-    (coefficients, applied): (&[f32], u64),
+    (coefficients, applied): (&[f64], u64),
     task: impl Fn(Range<u64>, Option<LassoJoin>) -> T,
 ) -> Result<Step<T>, StradsModelError> {
     let dealer = dealer.ok_or_else(|| {
@@ -235,7 +241,7 @@ impl WorkerDealing {
     }
 
     /// Joins a running job at `coefficients` (with the whole design).
-    pub(crate) fn join(&mut self, coefficients: &[f32]) -> Result<(), StradsModelError> {
+    pub(crate) fn join(&mut self, coefficients: &[f64]) -> Result<(), StradsModelError> {
         match &mut self.whole {
             Some(whole) => whole.set_coefficients(coefficients),
             None => Err(StradsModelError::protocol(
@@ -277,5 +283,25 @@ mod tests {
         let block = whole.rows(1..3, Fitted::Residual).unwrap();
         assert_eq!(block.values, vec![-2.0, 4.0]);
         assert!(whole.rows(3..5, Fitted::Margin).is_err());
+    }
+
+    #[test]
+    fn a_joiner_at_the_schedulers_sums_rebuilds_rows_as_a_worker_that_saw_every_commit() {
+        let commits = [vec![(0, 0.1f32), (1, -0.3)], vec![(0, 0.7), (1, 0.2)]];
+        let mut old = WholeDesign::new(design(), vec![1.0, -1.0, 1.0, 2.0], None);
+        let mut sums = vec![0.0; 2];
+        for c in &commits {
+            old.apply(c);
+            add_changes(&mut sums, c);
+        }
+        let mut joiner = WholeDesign::new(design(), vec![1.0, -1.0, 1.0, 2.0], None);
+        joiner.set_coefficients(&sums).unwrap();
+        let (a, b) = (
+            old.rows(0..4, Fitted::Residual).unwrap(),
+            joiner.rows(0..4, Fitted::Residual).unwrap(),
+        );
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a.values), bits(&b.values));
+        assert!(joiner.set_coefficients(&[0.0]).is_err());
     }
 }

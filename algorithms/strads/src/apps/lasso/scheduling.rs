@@ -66,6 +66,9 @@ pub struct LassoScheduling {
     pub(super) data_digest: Option<u64>,
     /// The rows' dealer with `balance = "dynamic"`.
     dealer: Option<RowDealer>,
+    /// With `balance = "dynamic"`: the coefficients as the workers sum the commits, for
+    /// the workers that join.
+    committed: Vec<f64>,
 }
 
 /// What a [`LassoScheduling`] changes while running (a round checkpoint holds it, with the
@@ -137,6 +140,10 @@ impl LassoScheduling {
             heldout,
             shape: None,
             data_digest: None,
+            committed: match dealer {
+                Some(_) => vec![0.0; x.n_columns()],
+                None => Vec::new(),
+            },
             dealer,
         })
     }
@@ -373,6 +380,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     changes.push((j, value - old));
                 }
                 self.scheduler.commit(&changes);
+                crate::kit::dealing::add_changes(&mut self.committed, &changes);
                 self.s.updates += vars.len() as u64;
                 self.s.metrics.profile.pull_s += started.elapsed().as_secs_f64();
                 LassoCommit {
@@ -488,10 +496,7 @@ impl Schedule<LassoApp> for LassoScheduling {
         if self.s.stopping {
             return Ok(None);
         }
-        let model = (
-            self.s.coefficients.as_slice(),
-            self.s.l1_after.len() as u64 - 1,
-        );
+        let model = (self.committed.as_slice(), self.s.l1_after.len() as u64 - 1);
         let dealer = self.dealer.as_mut();
         let step = change_deal(dealer, round, change, model, |rows, join| LassoTask::Deal {
             start: rows.start,

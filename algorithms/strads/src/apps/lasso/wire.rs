@@ -34,13 +34,15 @@ pub enum LassoTask {
     },
 }
 
-/// What a worker joining a running job takes with its first deal: the coefficients and
-/// the number of commits they reflect (the others' count, which its answers then carry).
+/// What a worker joining a running job takes with its first deal: the coefficients, summed
+/// from the commits' changes as every worker's whole design sums them (so its rows are
+/// rebuilt bit for bit as another worker would), and the number of commits they reflect
+/// (the others' count, which its answers then carry).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LassoJoin {
     /// The coefficients.
-    #[serde(with = "f32_bytes")]
-    pub coefficients: Vec<f32>,
+    #[serde(with = "f64_bytes")]
+    pub coefficients: Vec<f64>,
     /// Commits applied.
     pub applied: u64,
 }
