@@ -319,6 +319,71 @@ pub fn gate(
     dealer.map_or(DealGate::Proceed, |d| d.gate(round, deal_in_flight, idle))
 }
 
+/// The order in which units (documents, users) of a static split are dealt under
+/// `balance = "dynamic"`: by static owner (`owner[u]`), then id, so each worker's static
+/// units are one contiguous range and a re-deal moves the ranges' boundaries. Returns
+/// each unit's position.
+pub fn deal_order(owner: &[u32]) -> Vec<u32> {
+    let mut units: Vec<u32> = (0..owner.len() as u32).collect();
+    units.sort_by_key(|&u| (owner[u as usize], u));
+    let mut position = vec![0u32; units.len()];
+    for (p, u) in units.into_iter().enumerate() {
+        position[u as usize] = p as u32;
+    }
+    position
+}
+
+/// A worker's share in the deal order: every unit's position (`deal_order`) and the
+/// positions it owns since the last deal (at first, its static units).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DealtShare {
+    order: Vec<u32>,
+    range: Range<u64>,
+}
+
+impl DealtShare {
+    /// Worker `worker`'s static share of the split `owner`.
+    pub fn of(owner: &[u32], worker: usize) -> Self {
+        let worker = worker as u32;
+        let start = owner.iter().filter(|&&w| w < worker).count() as u64;
+        let len = owner.iter().filter(|&&w| w == worker).count() as u64;
+        DealtShare {
+            order: deal_order(owner),
+            range: start..start + len,
+        }
+    }
+
+    /// Units per worker of the split `owner` over `workers` (the static shares).
+    pub fn counts(owner: &[u32], workers: usize) -> Vec<u64> {
+        let mut shares = vec![0u64; workers];
+        for &w in owner {
+            if let Some(s) = shares.get_mut(w as usize) {
+                *s += 1;
+            }
+        }
+        shares
+    }
+
+    /// A deal: the worker owns positions `start..end` from now on.
+    pub fn deal(&mut self, start: u64, end: u64) -> Result<(), StradsModelError> {
+        if start > end || end > self.order.len() as u64 {
+            return Err(StradsModelError::protocol(format!(
+                "deal of units {start}..{end} of {}",
+                self.order.len()
+            )));
+        }
+        self.range = start..end;
+        Ok(())
+    }
+
+    /// Whether the worker owns unit `unit`.
+    pub fn owns(&self, unit: u32) -> bool {
+        self.order
+            .get(unit as usize)
+            .is_some_and(|&p| self.range.contains(&u64::from(p)))
+    }
+}
+
 /// How a job with `balance = "dynamic"` dealt its units (`metrics.json`'s `balance`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RowDealing {
@@ -469,5 +534,25 @@ mod tests {
         assert!(ranges[0].end < 50, "{ranges:?}");
         assert_eq!(dealer.report().deals, 1);
         assert_eq!(dealer.report().rows[0], ranges[0].end);
+    }
+
+    #[test]
+    fn the_deal_order_makes_each_static_share_one_range() {
+        let doc_worker = [1, 0, 2, 0, 1, 2, 0];
+        let order = deal_order(&doc_worker);
+        assert_eq!(order, vec![3, 0, 5, 1, 4, 6, 2]);
+        for w in 0..3u32 {
+            let share = DealtShare::of(&doc_worker, w as usize);
+            assert!((0..7u32).all(|d| share.owns(d) == (doc_worker[d as usize] == w)));
+            let mut positions: Vec<u32> = (0..7)
+                .filter(|&d| doc_worker[d] == w)
+                .map(|d| order[d])
+                .collect();
+            positions.sort();
+            assert!(
+                positions.windows(2).all(|p| p[1] == p[0] + 1),
+                "{positions:?}"
+            );
+        }
     }
 }

@@ -252,7 +252,7 @@ pub enum LdaTask {
         block: usize,
     },
     /// A re-deal (`balance = "dynamic"`, between passes): the worker now owns the
-    /// documents at positions `start..end` of [`deal_order`](crate::core::lda::deal_order)
+    /// documents at positions `start..end` of [`deal_order`](crate::core::balance::deal_order)
     /// and releases the others it holds; no block.
     Deal {
         /// First position.

@@ -7,7 +7,7 @@ use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
-use crate::core::balance::{DealGate, RowDealer, RowDealing, deal_step};
+use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step};
 use crate::core::lda::{MovedDoc, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
 use crate::kit::encoded_len;
@@ -115,7 +115,7 @@ pub struct LdaScheduling {
     /// the workers' before the first round.
     pub(super) data_digest: Option<u64>,
     /// With `balance = "dynamic"`: the document dealer (units: documents in
-    /// [`deal_order`](crate::core::lda::deal_order)), and whether a deal round is out.
+    /// [`deal_order`](crate::core::balance::deal_order)), and whether a deal round is out.
     dealer: Option<RowDealer>,
     dealing: bool,
 }
@@ -130,15 +130,10 @@ impl LdaScheduling {
     ) -> Result<Self, StradsModelError> {
         let dealer = match job.balance {
             Balance::Static => None,
-            Balance::Dynamic => {
-                let mut shares = vec![0u64; workers];
-                for &w in &layout.docs.doc_worker {
-                    if let Some(s) = shares.get_mut(w as usize) {
-                        *s += 1;
-                    }
-                }
-                Some(RowDealer::from_shares(shares)?)
-            }
+            Balance::Dynamic => Some(RowDealer::from_shares(DealtShare::counts(
+                &layout.docs.doc_worker,
+                workers,
+            ))?),
         };
         Ok(LdaScheduling {
             schedule: RotationSchedule { p: workers },
