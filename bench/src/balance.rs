@@ -7,8 +7,8 @@
 //! scheduled Lasso's and logistic regression's rows by the workers' measured time per row
 //! (both on the same sparse design, logistic labelled by the response's sign), MF's users
 //! by the time per user (synthetic low-rank ratings) and LDA's documents by the time per
-//! document (a synthetic corpus); the apps that deal statically only would be listed as
-//! such in the figures.
+//! document (a synthetic corpus). Every STRADS app deals dynamically, so the figures'
+//! `static_only` is empty.
 
 use petrel::CliError;
 use petrel::train::{run_job, run_lasso_job};

@@ -11,6 +11,11 @@
 //! rotation reports the squared errors. A final Collect round moves W and the blocks to
 //! the scheduler for the outputs.
 //!
+//! With `balance = "dynamic"` the scheduler re-deals the users between rotations by each
+//! worker's measured visit time per user ([`crate::core::balance::RowDealer`]): a moved
+//! user takes its row of W and its ratings, and its new owner computes its residuals
+//! afresh on its first visit of each block, so the updates are those of static dealing.
+//!
 //! Roles `strads-mf-scheduler` / `strads-mf-worker`, settings `[app.strads_mf]`; outputs
 //! `user_factors.tsv`, `item_factors.tsv`, `metrics.json`.
 
