@@ -309,6 +309,27 @@ pub fn deal_step<T>(ranges: Vec<Range<u64>>, task: impl Fn(u64, u64) -> T) -> St
     ))
 }
 
+/// A deal round pulled `now` into the run: the units every worker released
+/// (`released` reads them from a worker's answer; `None`: it answered something else).
+pub fn pull_deal<P, U>(
+    dealer: Option<&mut RowDealer>,
+    partials: Vec<P>,
+    now: f64,
+    released: impl Fn(P) -> Option<Vec<U>>,
+) -> Result<Vec<U>, StradsModelError> {
+    let dealer =
+        dealer.ok_or_else(|| StradsModelError::protocol("a deal round without a dealer"))?;
+    dealer.pulled(now, true);
+    let mut units = Vec::new();
+    for (w, partial) in partials.into_iter().enumerate() {
+        units.extend(released(partial).ok_or_else(|| {
+            StradsModelError::protocol(format!("worker {w} answered a deal with something else"))
+        })?);
+    }
+    tracing::debug!(units = units.len(), "units re-dealt");
+    Ok(units)
+}
+
 /// The dealer's gate, or [`DealGate::Proceed`] without one (static dealing).
 pub fn gate(
     dealer: Option<&mut RowDealer>,

@@ -301,6 +301,16 @@ pub struct LdaCommit {
 
 strads_app!(LdaApp, "petrel.strads.lda", LdaTask, LdaPartial, LdaCommit);
 
+impl LdaPartial {
+    /// The documents of a deal round's answer (`None`: another answer).
+    pub fn released(self) -> Option<Vec<MovedDoc>> {
+        match self {
+            LdaPartial::Released(docs) => Some(docs),
+            _ => None,
+        }
+    }
+}
+
 impl RingApp for LdaApp {
     const HANDOFF_NAME: &'static str = "petrel.strads.lda.handoff";
     type Block = WordTopicBlock;

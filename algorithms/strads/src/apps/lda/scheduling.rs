@@ -7,8 +7,8 @@ use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
-use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step};
-use crate::core::lda::{MovedDoc, WordTopicBlock};
+use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
+use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
 use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
@@ -181,32 +181,6 @@ impl LdaScheduling {
         self.dealer.as_ref().map(RowDealer::report)
     }
 
-    /// A deal round's answers: the released documents, re-broadcast in the commit.
-    fn pull_deal(
-        &mut self,
-        partials: Vec<LdaPartial>,
-        now: f64,
-    ) -> Result<LdaCommit, StradsModelError> {
-        self.dealing = false;
-        let mut moved: Vec<MovedDoc> = Vec::new();
-        for (w, partial) in partials.into_iter().enumerate() {
-            let LdaPartial::Released(docs) = partial else {
-                return Err(StradsModelError::protocol(format!(
-                    "worker {w} answered a deal with something else"
-                )));
-            };
-            moved.extend(docs);
-        }
-        if let Some(dealer) = &mut self.dealer {
-            dealer.pulled(now, true);
-        }
-        tracing::debug!(documents = moved.len(), "lda documents re-dealt");
-        Ok(LdaCommit {
-            topic_totals: None,
-            moved,
-        })
-    }
-
     /// Held-out figures by pass (0 = the random initial assignments).
     pub fn heldout_trace(&self) -> &BTreeMap<usize, HeldoutFigures> {
         &self.s.heldout_trace
@@ -319,8 +293,14 @@ impl Schedule<LdaApp> for LdaScheduling {
                 moved: Vec::new(),
             });
         }
-        if self.dealing {
-            return self.pull_deal(partials, elapsed.as_secs_f64());
+        if std::mem::take(&mut self.dealing) {
+            // The released documents go to their new owners in the commit.
+            let now = elapsed.as_secs_f64();
+            let moved = pull_deal(self.dealer.as_mut(), partials, now, LdaPartial::released)?;
+            return Ok(LdaCommit {
+                topic_totals: None,
+                moved,
+            });
         }
         let mut doc_ll = 0.0;
         let mut word_ll = vec![0.0; p];

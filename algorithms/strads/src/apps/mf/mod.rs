@@ -320,6 +320,16 @@ pub struct MfCommit {
 
 strads_app!(MfApp, "petrel.strads.mf", MfTask, MfPartial, MfCommit);
 
+impl MfPartial {
+    /// The users of a deal round's answer (`None`: another answer).
+    pub fn released(self) -> Option<Vec<MovedUser>> {
+        match self {
+            MfPartial::Released(users) => Some(users),
+            _ => None,
+        }
+    }
+}
+
 impl RingApp for MfApp {
     const HANDOFF_NAME: &'static str = "petrel.strads.mf.handoff";
     type Block = FactorBlock;

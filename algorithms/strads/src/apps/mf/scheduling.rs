@@ -7,7 +7,7 @@ use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsM
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
-use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step};
+use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
 use crate::kit::encoded_len;
 use ndarray::Array2;
@@ -240,33 +240,6 @@ impl MfScheduling {
         Ok(())
     }
 
-    /// A deal round's answers: the released users, re-broadcast in the commit.
-    fn pull_deal(
-        &mut self,
-        partials: Vec<MfPartial>,
-        now: f64,
-    ) -> Result<MfCommit, StradsModelError> {
-        self.dealing = false;
-        let mut moved = Vec::new();
-        for (w, partial) in partials.into_iter().enumerate() {
-            let MfPartial::Released(users) = partial else {
-                return Err(StradsModelError::protocol(format!(
-                    "worker {w} answered a deal with something else"
-                )));
-            };
-            moved.extend(users);
-        }
-        if let Some(dealer) = &mut self.dealer {
-            dealer.pulled(now, true);
-            self.s.metrics.balance = Some(dealer.report());
-        }
-        tracing::debug!(users = moved.len(), "mf users re-dealt");
-        Ok(MfCommit {
-            finalize_w: None,
-            moved,
-        })
-    }
-
     /// Records the bytes the scheduler node moved during the run.
     pub fn set_scheduler_bytes(&mut self, bytes: u64) {
         self.s.metrics.scheduler_bytes = bytes;
@@ -387,8 +360,14 @@ impl Schedule<MfApp> for MfScheduling {
     ) -> Result<MfCommit, StradsModelError> {
         self.s.metrics.rounds = round + 1;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
-        if self.dealing {
-            return self.pull_deal(partials, elapsed.as_secs_f64());
+        if std::mem::take(&mut self.dealing) {
+            // The released users go to their new owners in the commit.
+            let now = elapsed.as_secs_f64();
+            let moved = pull_deal(self.dealer.as_mut(), partials, now, MfPartial::released)?;
+            return Ok(MfCommit {
+                finalize_w: None,
+                moved,
+            });
         }
         if let Some(dealer) = &mut self.dealer {
             dealer.pulled(elapsed.as_secs_f64(), false);
