@@ -56,8 +56,9 @@ pub struct BalanceBenchArgs {
     /// MF: rank (`--quick`: 3).
     #[arg(long, default_value_t = 10)]
     pub mf_rank: usize,
-    /// MF: sweeps over the coordinates (`--quick`: 8).
-    #[arg(long, default_value_t = 4)]
+    /// MF: sweeps over the coordinates (`--quick`: 8); enough for the re-deals, each of
+    /// which moves users' ratings through the scheduler, to pay.
+    #[arg(long, default_value_t = 16)]
     pub mf_iterations: usize,
     /// LDA: documents of the synthetic corpus (`--quick`: 300).
     #[arg(long, default_value_t = 10_000)]
