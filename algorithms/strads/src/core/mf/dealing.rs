@@ -230,3 +230,73 @@ fn place(partition: &MfPartition, i: u32) -> (usize, u32) {
     let i = i as usize;
     (partition.item_bucket[i] as usize, partition.item_local[i])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_ml::data::Ratings;
+
+    #[test]
+    fn a_moved_user_takes_its_ratings_and_gets_current_residuals_from_its_new_owner() {
+        let ratings = Ratings {
+            n_users: 4,
+            n_items: 2,
+            entries: vec![
+                (0, 0, 2.0),
+                (1, 1, 4.0),
+                (2, 0, 3.0),
+                (3, 1, 1.0),
+                (3, 0, 5.0),
+            ],
+            id_mapping: None,
+        };
+        let partition = MfPartition::balanced(&ratings, 2);
+        let mut blocks: Vec<FactorBlock> = (0..2)
+            .map(|b| {
+                let items = partition.bucket_items[b].clone();
+                let h = vec![0.5; items.len()];
+                FactorBlock::new(b, 1, items, h)
+            })
+            .collect();
+        let worker = |index: usize| {
+            let w_init = vec![2.0; partition.bucket_users[index].len()];
+            let mut w =
+                MfWorker::without_ratings(index, &partition, 1, w_init, &blocks, None).unwrap();
+            w.keep_ratings().unwrap();
+            for &(u, i, r) in &ratings.entries {
+                w.add_rating(&partition, &blocks, u, i, r).unwrap();
+            }
+            w
+        };
+        let (mut from, mut to) = (worker(0), worker(1));
+        assert!(from.keep_ratings().is_err(), "ratings were added already");
+        let moved = from.release(|_| false, &partition).unwrap();
+        assert_eq!(from.user_ids(), &[] as &[u32]);
+        assert_eq!(from.squared_error().1, 0);
+        let bad = MovedUser {
+            w: vec![1.0, 2.0],
+            ..moved[0].clone()
+        };
+        assert!(to.adopt(vec![bad], &partition).is_err());
+        to.adopt(moved, &partition).unwrap();
+        for block in &mut blocks {
+            to.begin_visit(block);
+        }
+        // Every rating is now the new owner's, its residual r - 2 * 0.5.
+        let expected: f64 = ratings
+            .entries
+            .iter()
+            .map(|&(_, _, r)| f64::from(r - 1.0).powi(2))
+            .sum();
+        let (sum, n) = to.squared_error();
+        assert_eq!(n, ratings.entries.len());
+        assert!((sum - expected).abs() < 1e-9, "{sum} vs {expected}");
+        let mut users = to.user_ids().to_vec();
+        users.sort();
+        assert_eq!(users, vec![0, 1, 2, 3]);
+        // A worker of static dealing takes no deal.
+        let w_init = vec![2.0; partition.bucket_users[0].len()];
+        let mut fixed = MfWorker::new(0, &partition, &ratings, 1, w_init, &blocks).unwrap();
+        assert!(fixed.release(|_| true, &partition).is_err());
+    }
+}
