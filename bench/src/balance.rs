@@ -1,21 +1,24 @@
 //! `petrel bench balance`: STRADS with one worker slowed `--straggler-factor` times (its
 //! compute takes that much longer, as the parameter-server benches' persistent straggler),
 //! static against dynamic dealing side by side in one run: the same work (Lasso and
-//! logistic: as many rounds, `gap_tolerance = 0`; LDA: as many passes), the wall time of
+//! logistic: as many rounds, `gap_tolerance = 0`; MF: as many sweeps; LDA: as many
+//! passes), the wall time of
 //! each and how far apart their final objectives are. Dynamic dealing re-deals the
 //! scheduled Lasso's and logistic regression's rows by the workers' measured time per row
-//! (both on the same sparse design, logistic labelled by the response's sign) and LDA's
-//! documents by the time per document (a synthetic corpus); the apps that deal statically
-//! only are listed as such in the figures.
+//! (both on the same sparse design, logistic labelled by the response's sign), MF's users
+//! by the time per user (synthetic low-rank ratings) and LDA's documents by the time per
+//! document (a synthetic corpus). Every STRADS app deals dynamically, so the figures'
+//! `static_only` is empty.
 
 use petrel::CliError;
 use petrel::train::{run_job, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_ml::data::synthetic::{LdaCorpusParams, LowRankParams};
 use petrel_strads::apps::lasso::metrics::RowDealing;
 use petrel_strads::apps::lasso::{Balance, LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::apps::logistic::LogisticApp;
+use petrel_strads::apps::mf::{MfApp, StradsMfSettings};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -41,6 +44,22 @@ pub struct BalanceBenchArgs {
     /// Rounds of each run, evaluations included (`--quick`: 60).
     #[arg(long, default_value_t = 1000)]
     pub rounds: u64,
+    /// MF: users of the synthetic ratings (`--quick`: 400).
+    #[arg(long, default_value_t = 40_000)]
+    pub mf_users: usize,
+    /// MF: items (`--quick`: 80).
+    #[arg(long, default_value_t = 4000)]
+    pub mf_items: usize,
+    /// MF: share of the (user, item) cells rated (`--quick`: 0.3).
+    #[arg(long, default_value_t = 0.02)]
+    pub mf_observed: f64,
+    /// MF: rank (`--quick`: 3).
+    #[arg(long, default_value_t = 10)]
+    pub mf_rank: usize,
+    /// MF: sweeps over the coordinates (`--quick`: 8); enough for the re-deals, each of
+    /// which moves users' ratings through the scheduler, to pay.
+    #[arg(long, default_value_t = 16)]
+    pub mf_iterations: usize,
     /// LDA: documents of the synthetic corpus (`--quick`: 300).
     #[arg(long, default_value_t = 10_000)]
     pub lda_docs: usize,
@@ -74,22 +93,23 @@ pub struct AppFigures {
     pub dynamic_s: f64,
     /// Static time over dynamic time.
     pub dynamic_over_static: f64,
-    /// `|f_dynamic - f_static| / |f_static|` of the final objectives (LDA: the
-    /// log-likelihood per token).
+    /// `|f_dynamic - f_static| / |f_static|` of the final objectives (MF: the train
+    /// RMSE; LDA: the log-likelihood per token).
     pub objective_rel_diff: f64,
     /// How far apart the app's objectives may be: Lasso and logistic 1e-6 (the same
-    /// updates; a re-deal only groups the rows' partial sums differently); LDA 2e-2 (a
-    /// re-deal changes which generator draws which token, so the chains part by about
-    /// the spread of seeds).
+    /// updates; a re-deal only groups the rows' partial sums differently); MF 1e-4 (the
+    /// same updates; a moved user's residuals are computed afresh, so they round
+    /// differently); LDA 2e-2 (a re-deal changes which generator draws which token, so the
+    /// chains part by about the spread of seeds).
     pub objective_tolerance: f64,
     pub static_objective: f64,
     pub dynamic_objective: f64,
-    /// Coordinate updates (LDA: tokens sampled).
+    /// Coordinate updates (MF: rank-one ones; LDA: tokens sampled).
     pub static_updates: u64,
     pub dynamic_updates: u64,
     /// Re-deals of the dynamic run.
     pub deals: u64,
-    /// The dynamic run's rows (LDA: documents) per worker at the end (worker 0 is the
+    /// The dynamic run's rows (MF: users; LDA: documents) per worker at the end (worker 0 is the
     /// slow one).
     pub dynamic_rows: Vec<u64>,
 }
@@ -124,6 +144,11 @@ impl BalanceBenchArgs {
             nnz_per_column: 100,
             block_size: 32,
             rounds: 60,
+            mf_users: 400,
+            mf_items: 80,
+            mf_observed: 0.3,
+            mf_rank: 3,
+            mf_iterations: 8,
             lda_docs: 300,
             lda_doc_length: 60,
             lda_vocab: 200,
@@ -167,6 +192,26 @@ impl BalanceBenchArgs {
 }
 
 impl BalanceBenchArgs {
+    /// CCD++ on the synthetic ratings, worker 0 slowed, for `mf_iterations` sweeps.
+    fn mf_job(&self, balance: Balance) -> StradsMfSettings {
+        StradsMfSettings {
+            synthetic: LowRankParams {
+                n_users: self.mf_users,
+                n_items: self.mf_items,
+                rank: self.mf_rank,
+                observed_fraction: self.mf_observed,
+                ..LowRankParams::default()
+            },
+            rank: self.mf_rank,
+            outer_iterations: self.mf_iterations,
+            balance,
+            straggler: Some(0),
+            straggler_factor: self.straggler_factor,
+            out_dir: Some(self.out.join("strads-mf").join(balance.to_string())),
+            ..StradsMfSettings::default()
+        }
+    }
+
     /// LDA on the synthetic corpus, worker 0 slowed, for `lda_iterations` passes.
     fn lda_job(&self, balance: Balance) -> LdaSettings {
         LdaSettings {
@@ -199,7 +244,15 @@ struct Run {
 /// Runs `app` with `balance`.
 fn run_app(args: &BalanceBenchArgs, app: &str, balance: Balance) -> Result<Run, CliError> {
     let job = args.job(app, balance);
-    let run = if app == "lda" {
+    let run = if app == "strads-mf" {
+        let m = run_job::<MfApp>(&args.mf_job(balance), args.workers, args.transport)?;
+        Run {
+            elapsed_s: m.elapsed_s,
+            final_objective: m.final_train_rmse,
+            updates: m.train_rmse.last().map_or(0, |p| p.coordinate_updates),
+            balance: m.balance,
+        }
+    } else if app == "lda" {
         let job = args.lda_job(balance);
         let m = run_job::<LdaApp>(&job, args.workers, args.transport)?;
         Run {
@@ -256,7 +309,11 @@ fn compare(args: &BalanceBenchArgs, app: &str) -> Result<AppFigures, CliError> {
         dynamic_over_static: fixed.elapsed_s / dynamic.elapsed_s,
         objective_rel_diff: (dynamic.final_objective - fixed.final_objective).abs()
             / fixed.final_objective.abs(),
-        objective_tolerance: if app == "lda" { 2e-2 } else { 1e-6 },
+        objective_tolerance: match app {
+            "lda" => 2e-2,
+            "strads-mf" => 1e-4,
+            _ => 1e-6,
+        },
         static_objective: fixed.final_objective,
         dynamic_objective: dynamic.final_objective,
         static_updates: fixed.updates,
@@ -271,7 +328,7 @@ pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = BalanceBenchArgs { out, ..args };
-    let apps = ["lasso", "logistic", "lda"]
+    let apps = ["lasso", "logistic", "strads-mf", "lda"]
         .into_iter()
         .map(|app| compare(&args, app))
         .collect::<Result<Vec<_>, _>>()?;
@@ -290,7 +347,7 @@ pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
         straggler: 0,
         straggler_factor: args.straggler_factor,
         apps,
-        static_only: vec!["strads-mf".into()],
+        static_only: Vec::new(),
     })
 }
 

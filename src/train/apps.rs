@@ -143,14 +143,16 @@ macro_rules! train_app {
     };
 }
 
-/// The `timeout_s` and `checkpoints` of STRADS settings with `checkpoint_dir` and `resume`.
+/// The `timeout_s` and `checkpoints` of STRADS settings with `checkpoint_dir`, `resume` and
+/// `balance`.
 macro_rules! round_checkpoints {
     ($job:ty) => {
         fn timeout_s(job: &$job) -> u64 {
             job.timeout_s
         }
         fn checkpoints(job: &mut $job) -> Option<(&mut Option<PathBuf>, &mut bool)> {
-            Some((&mut job.checkpoint_dir, &mut job.resume))
+            // Dynamic dealing does not checkpoint (the settings' checks refuse a directory).
+            (job.balance == Balance::Static).then_some((&mut job.checkpoint_dir, &mut job.resume))
         }
     };
 }
@@ -261,9 +263,9 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
                     && j.balance == Balance::Static
             })
         }
-        <MfApp as TrainApp>::SECTION => {
-            job::<MfApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
-        }
+        <MfApp as TrainApp>::SECTION => job::<MfApp>(value).is_some_and(|j| {
+            strads(&j.checkpoint_dir, j.checkpoint_every) && j.balance == Balance::Static
+        }),
         <LdaApp as TrainApp>::SECTION => job::<LdaApp>(value).is_some_and(|j| {
             strads(&j.checkpoint_dir, j.checkpoint_every) && j.balance == Balance::Static
         }),
@@ -425,13 +427,7 @@ impl StradsTrainApp for MfApp {
 
 impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
-    fn timeout_s(job: &LdaSettings) -> u64 {
-        job.timeout_s
-    }
-    fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
-        // Dynamic dealing does not checkpoint (the settings' checks refuse a directory).
-        (job.balance == Balance::Static).then_some((&mut job.checkpoint_dir, &mut job.resume))
-    }
+    round_checkpoints!(LdaSettings);
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)
@@ -478,7 +474,7 @@ mod default_checkpoint_tests {
         // Several Lasso schedulers do not checkpoint; nor does a PS rule with shard state.
         assert!(!checkpoints_by_default("lasso", &json!({"schedulers": 2})));
         // Dynamic dealing moves work between workers, so a worker's checkpoint would not fit.
-        for section in ["lasso", "logistic", "lda"] {
+        for section in ["lasso", "logistic", "strads_mf", "lda"] {
             let dynamic = json!({"balance": "dynamic"});
             assert!(!checkpoints_by_default(section, &dynamic), "{section}");
         }

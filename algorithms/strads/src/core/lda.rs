@@ -129,19 +129,6 @@ fn check_words(words: &[u32], vocab_size: usize) -> Result<(), StradsModelError>
     }
 }
 
-/// The order in which documents are dealt under `balance = "dynamic"`: by static owner
-/// (`doc_worker[d]`), then id, so each worker's static documents are one contiguous range
-/// and a re-deal moves the ranges' boundaries. Returns each document's position.
-pub fn deal_order(doc_worker: &[u32]) -> Vec<u32> {
-    let mut docs: Vec<u32> = (0..doc_worker.len() as u32).collect();
-    docs.sort_by_key(|&d| (doc_worker[d as usize], d));
-    let mut position = vec![0u32; docs.len()];
-    for (p, d) in docs.into_iter().enumerate() {
-        position[d as usize] = p as u32;
-    }
-    position
-}
-
 /// One worker: its documents, their topic assignments and doc-topic counts, the tokens of
 /// each vocabulary block, and its view of the topic totals.
 #[derive(Debug, Clone)]

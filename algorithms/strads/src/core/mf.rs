@@ -410,6 +410,11 @@ pub struct MfWorker {
     /// Squared test error and test ratings scored since the last [`Self::take_test_error`].
     #[serde(default)]
     test_error: (f64, u64),
+    /// With dynamic dealing ([`MfWorker::keep_ratings`]): every training rating's value,
+    /// parallel to `blocks`, and per block how many leading entries have a current residual
+    /// (the rest were just adopted: [`MfWorker::begin_visit`] computes theirs).
+    #[serde(default)]
+    dealt: Option<dealing::DealtRatings>,
 }
 
 impl MfWorker {
@@ -483,6 +488,7 @@ impl MfWorker {
             row_ratings: vec![0; n_rows],
             item_ratings,
             test_error: (0.0, 0),
+            dealt: None,
         })
     }
 
@@ -539,6 +545,9 @@ impl MfWorker {
         };
         *count += 1;
         let prediction: f32 = w_row.iter().zip(h_row).map(|(a, b)| a * b).sum();
+        if let Some(dealt) = &mut self.dealt {
+            dealt.push(b, rating);
+        }
         block.push(LocalRating {
             row,
             col,
@@ -677,6 +686,7 @@ impl MfWorker {
             update.applied_by[self.worker] = true;
         }
         block.pending.retain(|u| !u.applied_by.iter().all(|&a| a));
+        self.refresh(block);
     }
 
     /// W phase: add this block's contribution to the sums for `w_ik`.
@@ -742,6 +752,9 @@ pub fn rmse(ratings: &Ratings, user_factors: &Array2<f32>, item_factors: &Array2
     }
     if n == 0 { 0.0 } else { (sum / n as f64).sqrt() }
 }
+
+mod dealing;
+pub use dealing::MovedUser;
 
 #[cfg(test)]
 mod tests;

@@ -252,7 +252,7 @@ pub enum LdaTask {
         block: usize,
     },
     /// A re-deal (`balance = "dynamic"`, between passes): the worker now owns the
-    /// documents at positions `start..end` of [`deal_order`](crate::core::lda::deal_order)
+    /// documents at positions `start..end` of [`deal_order`](crate::core::balance::deal_order)
     /// and releases the others it holds; no block.
     Deal {
         /// First position.
@@ -300,6 +300,16 @@ pub struct LdaCommit {
 }
 
 strads_app!(LdaApp, "petrel.strads.lda", LdaTask, LdaPartial, LdaCommit);
+
+impl LdaPartial {
+    /// The documents of a deal round's answer (`None`: another answer).
+    pub fn released(self) -> Option<Vec<MovedDoc>> {
+        match self {
+            LdaPartial::Released(docs) => Some(docs),
+            _ => None,
+        }
+    }
+}
 
 impl RingApp for LdaApp {
     const HANDOFF_NAME: &'static str = "petrel.strads.lda.handoff";

@@ -7,8 +7,8 @@ use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
-use crate::core::balance::{DealGate, RowDealer, RowDealing, deal_step};
-use crate::core::lda::{MovedDoc, WordTopicBlock};
+use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
+use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
 use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
@@ -115,7 +115,7 @@ pub struct LdaScheduling {
     /// the workers' before the first round.
     pub(super) data_digest: Option<u64>,
     /// With `balance = "dynamic"`: the document dealer (units: documents in
-    /// [`deal_order`](crate::core::lda::deal_order)), and whether a deal round is out.
+    /// [`deal_order`](crate::core::balance::deal_order)), and whether a deal round is out.
     dealer: Option<RowDealer>,
     dealing: bool,
 }
@@ -130,15 +130,10 @@ impl LdaScheduling {
     ) -> Result<Self, StradsModelError> {
         let dealer = match job.balance {
             Balance::Static => None,
-            Balance::Dynamic => {
-                let mut shares = vec![0u64; workers];
-                for &w in &layout.docs.doc_worker {
-                    if let Some(s) = shares.get_mut(w as usize) {
-                        *s += 1;
-                    }
-                }
-                Some(RowDealer::from_shares(shares)?)
-            }
+            Balance::Dynamic => Some(RowDealer::from_shares(DealtShare::counts(
+                &layout.docs.doc_worker,
+                workers,
+            ))?),
         };
         Ok(LdaScheduling {
             schedule: RotationSchedule { p: workers },
@@ -184,32 +179,6 @@ impl LdaScheduling {
     /// `metrics.json`'s `balance` (with `balance = "dynamic"`; its rows are documents).
     pub fn dealing(&self) -> Option<RowDealing> {
         self.dealer.as_ref().map(RowDealer::report)
-    }
-
-    /// A deal round's answers: the released documents, re-broadcast in the commit.
-    fn pull_deal(
-        &mut self,
-        partials: Vec<LdaPartial>,
-        now: f64,
-    ) -> Result<LdaCommit, StradsModelError> {
-        self.dealing = false;
-        let mut moved: Vec<MovedDoc> = Vec::new();
-        for (w, partial) in partials.into_iter().enumerate() {
-            let LdaPartial::Released(docs) = partial else {
-                return Err(StradsModelError::protocol(format!(
-                    "worker {w} answered a deal with something else"
-                )));
-            };
-            moved.extend(docs);
-        }
-        if let Some(dealer) = &mut self.dealer {
-            dealer.pulled(now, true);
-        }
-        tracing::debug!(documents = moved.len(), "lda documents re-dealt");
-        Ok(LdaCommit {
-            topic_totals: None,
-            moved,
-        })
     }
 
     /// Held-out figures by pass (0 = the random initial assignments).
@@ -324,8 +293,14 @@ impl Schedule<LdaApp> for LdaScheduling {
                 moved: Vec::new(),
             });
         }
-        if self.dealing {
-            return self.pull_deal(partials, elapsed.as_secs_f64());
+        if std::mem::take(&mut self.dealing) {
+            // The released documents go to their new owners in the commit.
+            let now = elapsed.as_secs_f64();
+            let moved = pull_deal(self.dealer.as_mut(), partials, now, LdaPartial::released)?;
+            return Ok(LdaCommit {
+                topic_totals: None,
+                moved,
+            });
         }
         let mut doc_ll = 0.0;
         let mut word_ll = vec![0.0; p];

@@ -4,11 +4,11 @@
 use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaTask};
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
+use crate::core::balance::DealtShare;
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
 use crate::kit::dealing::Straggler;
 use petrel_ml::topic::LdaConfig;
-use std::ops::Range;
 use std::time::Instant;
 
 /// Worker half.
@@ -19,9 +19,8 @@ pub struct LdaWorkerApp {
     beta: f64,
     /// Attach a copy of the block to every report (the scheduler scores a test set).
     snapshots: bool,
-    /// With `balance = "dynamic"`: every document's position in the deal order and the
-    /// positions this worker owns since the last deal.
-    dealing: Option<(Vec<u32>, Range<u64>)>,
+    /// With `balance = "dynamic"`: the documents this worker owns.
+    dealing: Option<DealtShare>,
     straggler: Straggler,
     /// Seconds spent sampling in all (the straggler's sleep included).
     busy_s: f64,
@@ -50,18 +49,10 @@ impl LdaWorkerApp {
         })
     }
 
-    /// With `dynamic`, takes part in re-deals: its documents start as the contiguous
-    /// range of [`deal_order`](crate::core::lda::deal_order) that the layout's static
-    /// split gives it.
+    /// With `dynamic`, takes part in re-deals, starting from the layout's static split.
     pub fn with_dealing(mut self, dynamic: bool, layout: &LdaLayout) -> Self {
-        self.dealing = dynamic.then(|| {
-            let order = crate::core::lda::deal_order(&layout.docs.doc_worker);
-            let index = self.worker.worker as u32;
-            let before = layout.docs.doc_worker.iter().filter(|&&w| w < index);
-            let start = before.count() as u64;
-            let range = start..start + self.worker.doc_ids().len() as u64;
-            (order, range)
-        });
+        let worker = self.worker.worker;
+        self.dealing = dynamic.then(|| DealtShare::of(&layout.docs.doc_worker, worker));
         self
     }
 
@@ -73,21 +64,14 @@ impl LdaWorkerApp {
 
     /// A deal round: owns positions `start..end` from now on and releases the rest.
     fn deal(&mut self, start: u64, end: u64) -> Result<LdaPartial, StradsModelError> {
-        let (order, range) = self
+        let share = self
             .dealing
             .as_mut()
             .ok_or_else(|| StradsModelError::protocol("a deal to a worker of static dealing"))?;
-        if start > end || end > order.len() as u64 {
-            return Err(StradsModelError::protocol(format!(
-                "deal of documents {start}..{end} of {}",
-                order.len()
-            )));
-        }
-        *range = start..end;
-        let (order, range) = (&*order, &*range);
+        share.deal(start, end)?;
+        let share = &*share;
         Ok(LdaPartial::Released(
-            self.worker
-                .release(|d| owns(order, range, d), &self.vocabulary),
+            self.worker.release(|d| share.owns(d), &self.vocabulary),
         ))
     }
 
@@ -98,13 +82,6 @@ impl LdaWorkerApp {
         self.snapshots = on;
         self
     }
-}
-
-/// Whether document `doc` is at a position of `range` in the deal order `order`.
-fn owns(order: &[u32], range: &Range<u64>, doc: u32) -> bool {
-    order
-        .get(doc as usize)
-        .is_some_and(|&p| range.contains(&u64::from(p)))
 }
 
 /// The blocks worker `index` holds before the first sub-round: its empty word-topic block.
@@ -213,10 +190,10 @@ impl RingPush<LdaApp> for LdaWorkerApp {
             crate::core::check_sizes(&[("topic totals", totals.len(), self.n_topics)])?;
             self.worker.set_topic_totals(totals);
         }
-        if let Some((order, range)) = &self.dealing
+        if let Some(share) = &self.dealing
             && !commit.moved.is_empty()
         {
-            let mine = commit.moved.iter().filter(|d| owns(order, range, d.id));
+            let mine = commit.moved.iter().filter(|d| share.owns(d.id));
             let mine = mine.cloned().collect();
             self.worker.adopt(mine, &self.vocabulary)?;
         }

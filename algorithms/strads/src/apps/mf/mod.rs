@@ -11,14 +11,21 @@
 //! rotation reports the squared errors. A final Collect round moves W and the blocks to
 //! the scheduler for the outputs.
 //!
+//! With `balance = "dynamic"` the scheduler re-deals the users between rotations by each
+//! worker's measured visit time per user ([`crate::core::balance::RowDealer`]): a moved
+//! user takes its row of W and its ratings, and its new owner computes its residuals
+//! afresh on its first visit of each block, so the updates are those of static dealing.
+//!
 //! Roles `strads-mf-scheduler` / `strads-mf-worker`, settings `[app.strads_mf]`; outputs
 //! `user_factors.tsv`, `item_factors.tsv`, `metrics.json`.
 
 use std::path::PathBuf;
 
+use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, strads_app};
 use crate::error::StradsError;
+use crate::kit::dealing::Straggler;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings, write_output};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use ndarray::Array2;
@@ -33,7 +40,7 @@ pub use scheduling::{MfMetrics, MfScheduling, StradsMfRmsePoint};
 use serde::{Deserialize, Serialize};
 pub use worker::{MfWorkerApp, initial_ring_blocks};
 
-use crate::core::mf::{FactorBlock, MfLayout, MfRidge, rmse};
+use crate::core::mf::{FactorBlock, MfLayout, MfRidge, MovedUser, rmse};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use petrel_ml::data::{IdMapping, Ratings};
 
@@ -106,6 +113,18 @@ pub struct StradsMfSettings {
     /// Continue from the newest valid checkpoint in --checkpoint-dir.
     #[arg(long)]
     pub resume: bool,
+    /// How users are dealt to the workers: `static` (once, balanced by rating counts) or
+    /// `dynamic` (re-dealt between rotations by each worker's measured time per user; a
+    /// moved user takes its row of W and its ratings along).
+    #[arg(long, value_enum, default_value_t = Balance::Static)]
+    pub balance: Balance,
+    /// Emulated slow worker (benches, tests): this worker's visits take
+    /// `straggler_factor` times as long.
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How many times as long the straggler's visits take.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
 }
 
 // Every default is written once, on its flag.
@@ -190,6 +209,13 @@ impl StradsSettings for StradsMfSettings {
         }
         c.at_least("timeout_s", self.timeout_s, 1);
         RoundCheckpointSettings::check_resume(&mut c, self.resume, &self.checkpoint_dir);
+        crate::kit::dealing::check_dealing(
+            &mut c,
+            self.balance,
+            self.straggler_factor,
+            &self.checkpoint_dir,
+            self.resume,
+        );
         c.finish()
     }
 
@@ -241,6 +267,15 @@ pub enum MfTask {
         /// The block.
         block: usize,
     },
+    /// A re-deal (`balance = "dynamic"`, between rotations): the worker now owns the users
+    /// at positions `start..end` of [`deal_order`](crate::core::balance::deal_order) and
+    /// releases the others it holds; no block.
+    Deal {
+        /// First position.
+        start: u64,
+        /// One past the last.
+        end: u64,
+    },
 }
 
 /// Worker -> scheduler.
@@ -255,6 +290,9 @@ pub enum MfPartial {
         /// With the report: the same of the worker's test ratings.
         #[serde(default)]
         test_error: Option<(f64, u64)>,
+        /// Seconds the worker has spent visiting in all (what dynamic dealing measures).
+        #[serde(default)]
+        busy_s: f64,
     },
     /// The worker's factors and its block (Collect).
     Factors {
@@ -266,6 +304,8 @@ pub enum MfPartial {
         /// The block.
         block: FactorBlock,
     },
+    /// The users the worker gave up in a deal round.
+    Released(Vec<MovedUser>),
 }
 
 /// Finalise `w_k` after a W rotation (or nothing).
@@ -273,9 +313,22 @@ pub enum MfPartial {
 pub struct MfCommit {
     /// The coordinate whose `w_k` every worker finalises.
     pub finalize_w: Option<usize>,
+    /// After a deal round: every released user; each worker takes those it now owns.
+    #[serde(default)]
+    pub moved: Vec<MovedUser>,
 }
 
 strads_app!(MfApp, "petrel.strads.mf", MfTask, MfPartial, MfCommit);
+
+impl MfPartial {
+    /// The users of a deal round's answer (`None`: another answer).
+    pub fn released(self) -> Option<Vec<MovedUser>> {
+        match self {
+            MfPartial::Released(users) => Some(users),
+            _ => None,
+        }
+    }
+}
 
 impl RingApp for MfApp {
     const HANDOFF_NAME: &'static str = "petrel.strads.mf.handoff";
@@ -284,6 +337,7 @@ impl RingApp for MfApp {
     fn block_needed(task: &MfTask) -> Option<BlockId> {
         match task {
             MfTask::Visit { block, .. } | MfTask::Collect { block } => Some(*block as BlockId),
+            MfTask::Deal { .. } => None,
         }
     }
 }
@@ -410,7 +464,8 @@ impl StradsJob for MfApp {
 
     fn scheduler(job: &StradsMfSettings, shape: &JobShape) -> Result<MfScheduling, StradsError> {
         let (summary, test) = job.summary_and_test()?;
-        let half = MfScheduling::from_summary(shape.workers, &summary, test, job);
+        let mut half = MfScheduling::from_summary(shape.workers, &summary, test, job);
+        half.deal_users(&summary.partition(shape.workers), job)?;
         Ok(half)
     }
 
@@ -423,7 +478,8 @@ impl StradsJob for MfApp {
         let summary = job.summary()?;
         let partition = summary.partition(shape.workers);
         let initial = initial_ring_blocks(index, &partition, job.layout());
-        let worker = MfWorkerApp::from_split(index, &partition, &summary, job)?;
+        let worker = MfWorkerApp::from_split(index, &partition, &summary, job)?
+            .with_straggler(Straggler::of(job.straggler, job.straggler_factor, index));
         Ok(RingHalf::new(worker, initial).with_data_digest(summary.digest()))
     }
 

@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfSettings};
+use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
+use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
 use crate::kit::encoded_len;
 use ndarray::Array2;
@@ -75,6 +77,9 @@ pub struct MfMetrics {
     /// in `scheduler_bytes`.
     #[serde(default)]
     pub collect_bytes: u64,
+    /// With `balance = "dynamic"`: how the users were dealt (its rows are users).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<RowDealing>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -129,6 +134,10 @@ pub struct MfScheduling {
     pub(super) ids: Option<IdMapping>,
     /// The digest of the ratings it was built from ([`MfRatingsSummary::digest`]).
     pub(super) data_digest: Option<u64>,
+    /// With `balance = "dynamic"`: the user dealer (units: users in
+    /// [`deal_order`](crate::core::balance::deal_order)), and whether a deal round is out.
+    dealer: Option<RowDealer>,
+    dealing: bool,
 }
 
 impl MfScheduling {
@@ -213,7 +222,22 @@ impl MfScheduling {
             test,
             ids,
             data_digest: None,
+            dealer: None,
+            dealing: false,
         }
+    }
+
+    /// With `balance = "dynamic"`, re-deals the users of `partition` by measured speed.
+    pub fn deal_users(
+        &mut self,
+        partition: &MfPartition,
+        job: &StradsMfSettings,
+    ) -> Result<(), StradsModelError> {
+        if job.balance == Balance::Dynamic {
+            let shares = DealtShare::counts(&partition.user_bucket, partition.n_buckets);
+            self.dealer = Some(RowDealer::from_shares(shares)?);
+        }
+        Ok(())
     }
 
     /// Records the bytes the scheduler node moved during the run.
@@ -297,10 +321,18 @@ impl MfScheduling {
 }
 
 impl Schedule<MfApp> for MfScheduling {
-    fn schedule(&mut self, _round: u64, in_flight: usize) -> Step<MfTask> {
+    fn schedule(&mut self, round: u64, in_flight: usize) -> Step<MfTask> {
         if in_flight > 0 {
             // Every sub-round needs the blocks of the previous one (and its commit).
             return Step::Wait;
+        }
+        // Users move only between rotations, with the W accumulators empty.
+        if let Stage::Rotate { t: 0, .. } = self.s.stage
+            && let Some(dealer) = &mut self.dealer
+            && let DealGate::Deal(ranges) = dealer.gate(round, false, true)
+        {
+            self.dealing = true;
+            return deal_step(ranges, |start, end| MfTask::Deal { start, end });
         }
         match self.s.stage {
             Stage::Rotate { phase, k, t } => {
@@ -328,6 +360,19 @@ impl Schedule<MfApp> for MfScheduling {
     ) -> Result<MfCommit, StradsModelError> {
         self.s.metrics.rounds = round + 1;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        if std::mem::take(&mut self.dealing) {
+            // The released users go to their new owners in the commit.
+            let now = elapsed.as_secs_f64();
+            let moved = pull_deal(self.dealer.as_mut(), partials, now, MfPartial::released)?;
+            return Ok(MfCommit {
+                finalize_w: None,
+                moved,
+            });
+        }
+        if let Some(dealer) = &mut self.dealer {
+            dealer.pulled(elapsed.as_secs_f64(), false);
+            self.s.metrics.balance = Some(dealer.report());
+        }
         match self.s.stage {
             Stage::Rotate { phase, k, t } => {
                 let mut sq = 0.0;
@@ -340,6 +385,7 @@ impl Schedule<MfApp> for MfScheduling {
                         block,
                         squared_error,
                         test_error,
+                        busy_s,
                     } = partial
                     else {
                         return Err(StradsModelError::protocol(format!(
@@ -347,6 +393,9 @@ impl Schedule<MfApp> for MfScheduling {
                         )));
                     };
                     self.schedule.check_block(w, t, block, "visited")?;
+                    if let Some(dealer) = &mut self.dealer {
+                        dealer.observe(w, busy_s);
+                    }
                     if let Some((s, c)) = squared_error {
                         sq += s;
                         n += c;
@@ -381,12 +430,16 @@ impl Schedule<MfApp> for MfScheduling {
                 }
                 if t + 1 < self.schedule.p {
                     self.s.stage = Stage::Rotate { phase, k, t: t + 1 };
-                    return Ok(MfCommit { finalize_w: None });
+                    return Ok(MfCommit {
+                        finalize_w: None,
+                        moved: Vec::new(),
+                    });
                 }
                 // End of a rotation (an H rotation's last visits finalised h_k).
                 self.s.stage = self.after_rotation(phase, k);
                 Ok(MfCommit {
                     finalize_w: (phase == Phase::W).then_some(k),
+                    moved: Vec::new(),
                 })
             }
             Stage::Collect => {
@@ -431,7 +484,10 @@ impl Schedule<MfApp> for MfScheduling {
                 self.s.metrics.block_bytes = block_bytes;
                 self.w = Some(w);
                 self.s.stage = Stage::Finished;
-                Ok(MfCommit { finalize_w: None })
+                Ok(MfCommit {
+                    finalize_w: None,
+                    moved: Vec::new(),
+                })
             }
             Stage::Finished => Err(StradsModelError::protocol("pull after the job finished")),
         }

@@ -1,5 +1,6 @@
 use super::worker::initial_blocks;
 use super::*;
+use crate::apps::lasso::Balance;
 use crate::core::app::{BlockFate, Plan, RingPush, Schedule, Step};
 use crate::core::mf::MfPartition;
 use crate::kit::serial::Delivery;
@@ -157,7 +158,8 @@ fn worker_rejects_a_bad_coordinate() {
         w.commit(
             0,
             &MfCommit {
-                finalize_w: Some(99)
+                finalize_w: Some(99),
+                moved: Vec::new(),
             }
         )
         .is_err()
@@ -350,4 +352,74 @@ fn scheduler_and_workers_digest_one_rating_set_alike() {
     });
     assert!(digests.iter().all(Option::is_some));
     assert_ne!(digests[0], digests[1]);
+}
+
+#[test]
+fn dynamic_dealing_moves_users_off_a_slow_worker_and_keeps_the_model() {
+    let fixed = StradsMfSettings {
+        synthetic: LowRankParams {
+            n_users: 400,
+            ..small_job().synthetic
+        },
+        outer_iterations: 8,
+        target_rmse: None,
+        straggler: Some(0),
+        straggler_factor: 4.0,
+        ..small_job()
+    };
+    let dynamic = StradsMfSettings {
+        balance: Balance::Dynamic,
+        ..fixed.clone()
+    };
+    let (s_fixed, train, test) = drive(&fixed, 2);
+    let (s_dynamic, _, _) = drive(&dynamic, 2);
+    let (m_fixed, m_dynamic) = (s_fixed.metrics(), s_dynamic.metrics());
+    assert_eq!(m_fixed.balance, None);
+    let dealing = m_dynamic.balance.clone().unwrap();
+    assert!(dealing.deals >= 1, "{dealing:?}");
+    assert_eq!(dealing.rows.iter().sum::<u64>(), 400);
+    assert!(dealing.rows[0] < dealing.rows[1], "{dealing:?}");
+    assert_eq!(m_dynamic.rounds, m_fixed.rounds + dealing.deals);
+    // Every rating is still held once, and the moved users' residuals (computed afresh
+    // by their new owner) agree with the factors gathered at the end.
+    assert_eq!(
+        m_dynamic.worker_ratings.iter().sum::<u64>() as usize,
+        train.entries.len()
+    );
+    let (w, h) = s_dynamic.factors().unwrap();
+    let recomputed = rmse(&train, &w, &h);
+    assert!((recomputed - m_dynamic.final_train_rmse).abs() < 1e-5 * recomputed);
+    // The same CCD++ updates; only the residuals' rounding differs.
+    let (a, b) = (m_fixed.final_train_rmse, m_dynamic.final_train_rmse);
+    assert!(((a - b) / a).abs() < 1e-4, "static {a}, dynamic {b}");
+    let (w_fixed, h_fixed) = s_fixed.factors().unwrap();
+    let (t_fixed, t_dynamic) = (rmse(&test, &w_fixed, &h_fixed), rmse(&test, &w, &h));
+    assert!(((t_fixed - t_dynamic) / t_fixed).abs() < 1e-4);
+    // The workers scored the moved users' test ratings too.
+    let scored = m_dynamic
+        .train_rmse
+        .last()
+        .and_then(|p| p.test_rmse)
+        .unwrap();
+    assert!(
+        (scored - t_dynamic).abs() < 1e-5 * t_dynamic,
+        "{scored} vs {t_dynamic}"
+    );
+}
+
+#[test]
+fn dynamic_dealing_refuses_round_checkpoints() {
+    let dynamic = StradsMfSettings {
+        balance: Balance::Dynamic,
+        checkpoint_dir: Some("ck".into()),
+        ..small_job()
+    };
+    let err = dynamic.validate().unwrap_err().to_string();
+    assert!(err.contains("checkpoint_dir"), "{err}");
+    StradsMfSettings {
+        balance: Balance::Static,
+        ..dynamic
+    }
+    .validate()
+    .unwrap();
 }

@@ -2,11 +2,15 @@
 //! blocks pass through it.
 
 use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, Side, StradsMfSettings};
+use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
+use crate::core::balance::DealtShare;
 use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
 use crate::error::StradsError;
+use crate::kit::dealing::Straggler;
 use petrel_ml::data::Ratings;
+use std::time::Instant;
 
 /// Worker half.
 pub struct MfWorkerApp {
@@ -15,6 +19,11 @@ pub struct MfWorkerApp {
     /// Columns of W and H ([`MfLayout::width`]).
     rank: usize,
     n_workers: usize,
+    /// With `balance = "dynamic"`: the users this worker owns, and where every item lives.
+    dealing: Option<(DealtShare, MfPartition)>,
+    straggler: Straggler,
+    /// Seconds spent visiting blocks in all (the straggler's sleep included).
+    busy_s: f64,
 }
 
 impl MfWorkerApp {
@@ -74,6 +83,10 @@ impl MfWorkerApp {
             &blocks,
             Some(summary.item_counts_u32()),
         )?;
+        let dynamic = job.balance == Balance::Dynamic;
+        if dynamic {
+            worker.keep_ratings()?;
+        }
         worker.reserve(
             &summary.block_bounds(partition, index, false),
             &summary.block_bounds(partition, index, true),
@@ -90,7 +103,14 @@ impl MfWorkerApp {
         if let Some(e) = failed {
             return Err(e.into());
         }
-        Ok(Self::of(worker, job, partition))
+        let mut app = Self::of(worker, job, partition);
+        app.dealing = dynamic.then(|| {
+            (
+                DealtShare::of(&partition.user_bucket, index),
+                partition.clone(),
+            )
+        });
+        Ok(app)
     }
 
     fn of(worker: MfWorker, job: &StradsMfSettings, partition: &MfPartition) -> Self {
@@ -99,7 +119,28 @@ impl MfWorkerApp {
             ridge: job.ridge(),
             rank: job.layout().width(),
             n_workers: partition.n_buckets,
+            dealing: None,
+            straggler: Straggler::default(),
+            busy_s: 0.0,
         }
+    }
+
+    /// Its visits are slowed as `straggler` says.
+    pub fn with_straggler(mut self, straggler: Straggler) -> Self {
+        self.straggler = straggler;
+        self
+    }
+
+    /// A deal round: owns positions `start..end` from now on and releases the rest.
+    fn deal(&mut self, start: u64, end: u64) -> Result<MfPartial, StradsModelError> {
+        let (share, partition) = self
+            .dealing
+            .as_mut()
+            .ok_or_else(|| StradsModelError::protocol("a deal to a worker of static dealing"))?;
+        share.deal(start, end)?;
+        let share = &*share;
+        let moved = self.worker.release(|u| share.owns(u), partition)?;
+        Ok(MfPartial::Released(moved))
     }
 
     /// The core worker (its ratings, residuals and rows of W).
@@ -146,7 +187,14 @@ impl RingPush<MfApp> for MfWorkerApp {
         task: &MfTask,
         block: Option<FactorBlock>,
     ) -> Result<RingOutput<MfPartial, FactorBlock>, StradsModelError> {
+        let started = Instant::now();
         let (expected, mut block) = match (task, block) {
+            (MfTask::Deal { start, end }, _) => {
+                return Ok(RingOutput {
+                    partial: self.deal(*start, *end)?,
+                    block: BlockFate::Consumed,
+                });
+            }
             (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
                 (*b, block)
             }
@@ -198,11 +246,14 @@ impl RingPush<MfApp> for MfWorkerApp {
                     (s, n as u64)
                 });
                 let test_error = report.then(|| self.worker.take_test_error());
+                self.straggler.slow_down(started);
+                self.busy_s += started.elapsed().as_secs_f64();
                 Ok(RingOutput {
                     partial: MfPartial::Visited {
                         block: expected,
                         squared_error,
                         test_error,
+                        busy_s: self.busy_s,
                     },
                     block: BlockFate::PassTo {
                         worker: *pass_to,
@@ -210,6 +261,7 @@ impl RingPush<MfApp> for MfWorkerApp {
                     },
                 })
             }
+            MfTask::Deal { .. } => Err(StradsModelError::protocol("a deal with a block")),
             MfTask::Collect { .. } => Ok(RingOutput {
                 partial: MfPartial::Factors {
                     user_ids: self.worker.user_ids().to_vec(),
@@ -230,6 +282,12 @@ impl RingPush<MfApp> for MfWorkerApp {
                 )));
             }
             self.worker.finalize_w(k, self.ridge);
+        }
+        if let Some((share, partition)) = &self.dealing
+            && !commit.moved.is_empty()
+        {
+            let mine = commit.moved.iter().filter(|u| share.owns(u.id));
+            self.worker.adopt(mine.cloned().collect(), partition)?;
         }
         Ok(())
     }

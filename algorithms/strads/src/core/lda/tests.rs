@@ -195,21 +195,3 @@ fn moved_documents_keep_every_count_and_take_their_tokens_along() {
     };
     assert!(cluster.workers[1].adopt(vec![bad], &vocabulary).is_err());
 }
-
-#[test]
-fn the_deal_order_makes_each_static_share_one_range() {
-    let doc_worker = [1, 0, 2, 0, 1, 2, 0];
-    let order = deal_order(&doc_worker);
-    assert_eq!(order, vec![3, 0, 5, 1, 4, 6, 2]);
-    for w in 0..3u32 {
-        let mut positions: Vec<u32> = (0..7)
-            .filter(|&d| doc_worker[d] == w)
-            .map(|d| order[d])
-            .collect();
-        positions.sort();
-        assert!(
-            positions.windows(2).all(|p| p[1] == p[0] + 1),
-            "{positions:?}"
-        );
-    }
-}

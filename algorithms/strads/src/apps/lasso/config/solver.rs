@@ -30,15 +30,16 @@ impl std::fmt::Display for LassoSolver {
 }
 
 /// How a job deals its work to the workers (`balance`, `--balance`): the scheduled
-/// solver's rows (Lasso, logistic), LDA's documents.
+/// solver's rows (Lasso, logistic), MF's users, LDA's documents.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Balance {
-    /// Once (equal row blocks; LDA: documents balanced by length).
+    /// Once (equal row blocks; MF: users balanced by ratings; LDA: documents by length).
     #[default]
     Static,
     /// Re-dealt between rounds so that the workers' rounds finish together, by each
-    /// worker's measured time per row or document ([`crate::core::balance::LoadBalancer`]).
+    /// worker's measured time per row, user or document
+    /// ([`crate::core::balance::LoadBalancer`]).
     Dynamic,
 }
 
