@@ -19,12 +19,15 @@ pub fn builtin(settings: Settings) -> Cluster {
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     cluster = petrel_p3::roles::register(cluster);
-    cluster = petrel_strads::apps::lasso::register(cluster);
     cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
-    cluster = petrel_strads::apps::logistic::register(cluster);
     // The built-in apps deal their work to the members the job started with.
     cluster = cluster.registered_roles_need_fixed_membership();
+    // Except the Lasso and logistic regression: their roles take joins and leaves with the
+    // scheduled solver and dynamic dealing, and refuse them with anything else as they
+    // start.
+    cluster = petrel_strads::apps::lasso::register(cluster);
+    cluster = petrel_strads::apps::logistic::register(cluster);
     match EXTRA.get() {
         Some(register) => register(cluster),
         None => cluster,

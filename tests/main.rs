@@ -6,7 +6,9 @@ mod common;
 
 mod chaos_hostile_member;
 mod chaos_link_cut;
+mod chaos_slow_worker;
 mod cli;
+mod elastic_strads;
 mod examples_run;
 mod fuzz_regressions;
 mod heldout_history;

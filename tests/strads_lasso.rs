@@ -8,7 +8,7 @@ use petrel_strads::apps::lasso::run_without_actors;
 use std::path::Path;
 
 use crate::common::fixtures::converging_lasso as job;
-use crate::common::{coefficients, metrics, petrel_cmd};
+use crate::common::{assert_dealt_off_worker_0, coefficients, metrics, petrel_cmd, train_balanced};
 
 #[test]
 fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
@@ -264,37 +264,6 @@ fn bad_libsvm_file_fails_with_its_line() {
     assert!(err.contains("bad.libsvm:2"), "{err}");
 }
 
-/// `petrel train <app> --balance <balance>` on 2 workers with worker 0 slowed `factor`
-/// times, into `dir/<balance>`: its `metrics.json`.
-fn train_balanced(
-    dir: &Path,
-    app: &str,
-    balance: &str,
-    factor: &str,
-    args: &str,
-) -> serde_json::Value {
-    let out = dir.join(balance);
-    let status = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
-        .args(["--workers", "2", "--transport", "memory"])
-        .args([
-            "--balance",
-            balance,
-            "--straggler",
-            "0",
-            "--straggler-factor",
-            factor,
-        ])
-        .args(args.split_whitespace())
-        .env("RUST_LOG", "warn")
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "petrel train {app} --balance {balance}: {status}"
-    );
-    metrics(&out)
-}
-
 /// Static and dynamic dealing's objectives are within 1e-6 relative; the dynamic run
 /// re-dealt, and its slow worker 0 ended with fewer of the `rows` rows.
 fn assert_rows_moved_and_model_kept(
@@ -312,15 +281,7 @@ fn assert_rows_moved_and_model_kept(
         rel < 1e-6,
         "objectives {f_static} and {f_dynamic}: {rel:e} apart"
     );
-    let dealt: Vec<u64> = dynamic["balance"]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_u64().unwrap())
-        .collect();
-    assert_eq!(dealt.iter().sum::<u64>(), rows);
-    assert!(dealt[0] < dealt[1], "the slow worker kept {dealt:?}");
-    assert!(dynamic["balance"]["deals"].as_u64().unwrap() >= 1);
+    assert_dealt_off_worker_0(dynamic, rows);
 }
 
 /// `petrel train lasso --balance dynamic` with worker 0 slowed: rows move off it, and the

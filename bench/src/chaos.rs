@@ -31,7 +31,8 @@ pub struct ChaosBenchArgs {
     /// victim data opens five streams to the victim that each announce a 60 MiB frame and
     /// stall, held until the job ends, and connects again whenever it is refused),
     /// `link-cut` (the nodes on emulated hosts, the victim's link down for a while: needs
-    /// root).
+    /// root), `slow` (the victim runs at half speed until the job ends: stopped for 20 ms
+    /// of every 40).
     #[arg(
         long,
         value_enum,
@@ -234,6 +235,9 @@ pub enum Fault {
     /// The victim's host link cut (nodes in network namespaces; needs root).
     #[serde(rename = "link-cut")]
     LinkCut,
+    /// The victim slowed 2x for the rest of the job (SIGSTOP for half of every 40 ms, far
+    /// under the failure timeout): the job must finish unharmed, without a restart.
+    Slow,
 }
 
 /// Whether a link cut is shorter than the failure timeout (survived, no restart) or longer
@@ -476,6 +480,19 @@ fn signal(pid: u32, sig: i32) {
     unsafe {
         libc::kill(pid as i32, sig);
     }
+}
+
+/// Runs `pid` at half speed until `child` (the job) exits or `deadline`: stopped for 20 ms
+/// of every 40, which halves its compute and delays its messages by at most 20 ms.
+fn slow_down(pid: u32, child: &mut Child, deadline: Instant) -> Result<(), BenchError> {
+    let half = Duration::from_millis(20);
+    while Instant::now() < deadline && child.try_wait().map_err(BenchError::io("wait"))?.is_none() {
+        signal(pid, libc::SIGSTOP);
+        std::thread::sleep(half);
+        signal(pid, libc::SIGCONT);
+        std::thread::sleep(half);
+    }
+    Ok(())
 }
 
 /// Waits for `child` until `limit`; kills it and returns `None` when it did not exit.
@@ -1026,6 +1043,7 @@ fn inject(
                         std::thread::sleep(Duration::from_secs_f64(args.pause_s));
                         signal(pid, libc::SIGCONT);
                     }
+                    Fault::Slow => slow_down(pid, child, started + limit)?,
                 }
                 injected = true;
             }

@@ -16,6 +16,8 @@ pub mod balance;
 #[allow(missing_docs)]
 pub mod consistency;
 #[allow(missing_docs)]
+pub mod elastic;
+#[allow(missing_docs)]
 pub mod lasso_scale;
 #[allow(missing_docs)]
 pub mod lda_scale;
@@ -256,6 +258,9 @@ benches! {
     /// STRADS with one worker slowed 2x: static against dynamic dealing (by measured
     /// worker speed), time and final objective side by side.
     Balance(balance::BalanceBenchArgs),
+    /// STRADS Lasso and logistic regression with a worker joining and one leaving mid-run
+    /// against a fixed membership: same model, time lost per change, orphans, hangs.
+    Elastic(elastic::ElasticBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
     Mf(mf::StradsMfBenchArgs),
     /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.

@@ -277,6 +277,11 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
         "apps[].dynamic_over_static apps[].objective_rel_diff",
     ),
     (
+        "elastic",
+        "STRADS Lasso and logistic regression with a worker joining and one leaving mid-run, against a fixed membership: same model, time lost per change, orphans and hangs",
+        "apps[].within_tolerance apps[].seconds_lost_per_change apps[].orphans apps[].hangs",
+    ),
+    (
         "mf",
         "STRADS CCD++ with blocks rotating worker to worker, 1 and 2 workers, to a train RMSE",
         "time_to_target_s single_worker_time_to_target_s final_rmse",

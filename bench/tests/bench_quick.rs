@@ -345,7 +345,7 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
     let json = serde_json::to_value(&f).unwrap();
     assert_eq!(json["bench"], "balance");
     let apps = json["apps"].as_array().unwrap();
-    assert_eq!(apps.len(), 2);
+    assert_eq!(apps.len(), 3);
     for (app, key) in apps.iter().flat_map(|app| {
         [
             "app",
@@ -353,6 +353,7 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
             "dynamic_s",
             "dynamic_over_static",
             "objective_rel_diff",
+            "objective_tolerance",
         ]
         .map(|key| (app, key))
     }) {
@@ -360,16 +361,21 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
     }
     assert_eq!(f.apps[0].app, "lasso");
     assert_eq!(f.apps[1].app, "logistic");
-    assert!(!f.static_only.contains(&"logistic".to_string()));
+    assert_eq!(f.apps[2].app, "lda");
+    assert_eq!(f.static_only, vec!["strads-mf".to_string()]);
     for app in &f.apps {
         assert!(app.static_s > 0.0 && app.dynamic_s > 0.0, "{app:?}");
         let ratio = app.static_s / app.dynamic_s;
         assert!((app.dynamic_over_static - ratio).abs() <= 1e-12 * ratio);
-        assert!(app.objective_rel_diff < 1e-4, "{app:?}");
+        // Lasso and logistic run the same updates (1e-4: few rounds, far from the
+        // optimum); LDA's chains part after a re-deal, within its tolerance.
+        let tolerance = if app.app == "lda" { 2e-2 } else { 1e-4 };
+        assert!(app.objective_rel_diff < tolerance, "{app:?}");
         assert_eq!(app.static_updates, app.dynamic_updates, "{app:?}");
-        // Worker 0 is the slow one: the dealer moved rows off it.
+        // Worker 0 is the slow one: the dealer moved rows (documents) off it.
         assert!(app.deals >= 1, "{app:?}");
-        assert_eq!(app.dynamic_rows.iter().sum::<u64>(), 4000);
+        let units = if app.app == "lda" { 300 } else { 4000 };
+        assert_eq!(app.dynamic_rows.iter().sum::<u64>(), units);
         assert!(app.dynamic_rows[0] < app.dynamic_rows[1], "{app:?}");
     }
 }
@@ -452,4 +458,37 @@ fn managed_quick_across_network_namespaces_leaves_nothing_behind() {
         let cmdline = String::from_utf8_lossy(&cmdline);
         assert!(!cmdline.contains(&runs_dir), "process left: {cmdline}");
     }
+}
+
+#[test]
+fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
+    let (_dir, a) = parse_in::<petrel_bench::elastic::ElasticBenchArgs>(
+        "--quick --transport memory --out {dir}",
+    );
+    let f = petrel_bench::elastic::measure(&a).unwrap();
+    let json = serde_json::to_value(&f).unwrap();
+    assert_eq!(json["bench"], "elastic");
+    let keys = [
+        "app",
+        "changes",
+        "identical",
+        "within_tolerance",
+        "seconds_lost_per_change",
+        "orphans",
+        "hangs",
+    ];
+    for app in json["apps"].as_array().unwrap() {
+        for key in keys {
+            assert!(app.get(key).is_some(), "no {key} in {json}");
+        }
+    }
+    let names: Vec<&str> = f.apps.iter().map(|a| a.app.as_str()).collect();
+    assert_eq!(names, ["lasso", "logistic"]);
+    for app in &f.apps {
+        assert_eq!((app.changes, app.hangs, app.orphans), (2, 0, 0), "{json}");
+        assert_eq!(app.rows.iter().sum::<u64>(), 300, "{json}");
+    }
+    // The Lasso runs as many rounds either way, to the same objective.
+    assert!(f.apps[0].within_tolerance, "{json}");
+    assert!(f.fixed_membership.contains(&"strads-mf".to_string()));
 }

@@ -264,9 +264,9 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
         <MfApp as TrainApp>::SECTION => {
             job::<MfApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
         }
-        <LdaApp as TrainApp>::SECTION => {
-            job::<LdaApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
-        }
+        <LdaApp as TrainApp>::SECTION => job::<LdaApp>(value).is_some_and(|j| {
+            strads(&j.checkpoint_dir, j.checkpoint_every) && j.balance == Balance::Static
+        }),
         <PsMf as TrainApp>::SECTION => ps::<PsMf>(value),
         <PsLr as TrainApp>::SECTION => ps::<PsLr>(value),
         <PsLda as TrainApp>::SECTION => ps::<PsLda>(value),
@@ -293,6 +293,12 @@ pub trait StradsTrainApp:
     fn check_run(job: &Self::Job, transport: Option<JobTransport>) -> Result<(), CliError> {
         let _ = (job, transport);
         Ok(())
+    }
+    /// Whether `job` takes workers that join and leave while it runs (`--standby-workers`,
+    /// `--scale`); the default: no, the app keeps a fixed membership.
+    fn elastic(job: &Self::Job) -> bool {
+        let _ = job;
+        false
     }
     /// The scheduler nodes of its cluster (with `colocate`, all on one node).
     fn scheduler_nodes(job: &Self::Job, colocate: bool) -> Vec<(String, Vec<String>)> {
@@ -340,6 +346,9 @@ impl StradsTrainApp for LassoApp {
     fn scheduler_nodes(job: &LassoSettings, colocate: bool) -> Vec<(String, Vec<String>)> {
         super::lasso_scheduler_nodes(job.schedulers, colocate)
     }
+    fn elastic(job: &LassoSettings) -> bool {
+        petrel_strads::apps::lasso::supports_membership_changes(job)
+    }
     fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         if attempt > 0 {
             // An injected fault (a test hook) fires in the first attempt only.
@@ -367,6 +376,9 @@ impl StradsTrainApp for LassoApp {
 
 impl StradsTrainApp for LogisticApp {
     type Metrics = LogisticMetrics;
+    fn elastic(job: &LassoSettings) -> bool {
+        petrel_strads::apps::lasso::supports_membership_changes(job)
+    }
     fn timeout_s(job: &LassoSettings) -> u64 {
         job.timeout_s
     }
@@ -413,7 +425,13 @@ impl StradsTrainApp for MfApp {
 
 impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
-    round_checkpoints!(LdaSettings);
+    fn timeout_s(job: &LdaSettings) -> u64 {
+        job.timeout_s
+    }
+    fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        // Dynamic dealing does not checkpoint (the settings' checks refuse a directory).
+        (job.balance == Balance::Static).then_some((&mut job.checkpoint_dir, &mut job.resume))
+    }
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)
@@ -459,6 +477,11 @@ mod default_checkpoint_tests {
         }
         // Several Lasso schedulers do not checkpoint; nor does a PS rule with shard state.
         assert!(!checkpoints_by_default("lasso", &json!({"schedulers": 2})));
+        // Dynamic dealing moves work between workers, so a worker's checkpoint would not fit.
+        for section in ["lasso", "logistic", "lda"] {
+            let dynamic = json!({"balance": "dynamic"});
+            assert!(!checkpoints_by_default(section, &dynamic), "{section}");
+        }
         assert!(!checkpoints_by_default("mf", &json!({"rule": "adagrad"})));
         // Apps without checkpoints, and a section that does not parse.
         assert!(!checkpoints_by_default("demo", &json!({"rounds": 3})));

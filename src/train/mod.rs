@@ -74,6 +74,48 @@ pub struct ClusterArgs {
     /// checkpoint if any (0 = stop at the first failure; a role's own error is final).
     #[arg(long, default_value_t = 2)]
     pub max_restarts: u32,
+    /// Extra worker nodes marked standby: the job starts without them and they join when
+    /// started (by `--scale`). Only `train lasso --solver scheduled --balance dynamic`.
+    #[arg(long, default_value_t = 0)]
+    pub standby_workers: usize,
+    /// A membership plan (`[cluster] scale`), e.g. `at=2s add w2; at=4s remove w0`: the
+    /// standby workers start and members drain and leave at those times.
+    #[arg(long, value_name = "PLAN")]
+    pub scale: Option<String>,
+}
+
+/// The changes of a job's workers while it runs: standby workers and the scale plan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Membership {
+    /// Standby worker nodes (after the starting ones).
+    pub standby_workers: usize,
+    /// `[cluster] scale`.
+    pub scale: Option<String>,
+}
+
+impl Membership {
+    /// The membership `c` asks for for app `A`'s `job`: refused unless the job takes joins
+    /// and leaves and runs on a cluster.
+    fn of<A: apps::StradsTrainApp>(
+        c: &ClusterArgs,
+        job: &A::Job,
+        transport: Option<JobTransport>,
+    ) -> Result<Self, CliError> {
+        let m = Membership {
+            standby_workers: c.standby_workers,
+            scale: c.scale.clone(),
+        };
+        if m == Membership::default() {
+            return Ok(m);
+        }
+        if transport.is_none() || !A::elastic(job) {
+            return Err(CliError::Usage(format!(
+                "--standby-workers and --scale: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` on a cluster)",
+                A::NAME
+            )));
+        }
+        Ok(m)
+    }
 }
 
 impl ClusterArgs {
@@ -152,6 +194,24 @@ where
     J: StradsJob,
     J::Config: serde::Serialize,
 {
+    let fixed = Membership::default();
+    star_settings_membership::<J>(job, scheduler_nodes, workers, transport, timeout_s, &fixed)
+}
+
+/// [`star_settings_with`] plus `membership`'s standby workers (named after the others)
+/// and scale plan.
+pub fn star_settings_membership<J>(
+    job: &J::Config,
+    scheduler_nodes: &[(String, Vec<String>)],
+    workers: usize,
+    transport: JobTransport,
+    timeout_s: u64,
+    membership: &Membership,
+) -> Result<Settings, CliError>
+where
+    J: StradsJob,
+    J::Config: serde::Serialize,
+{
     if workers == 0 {
         return Err(CliError::NoWorkers);
     }
@@ -164,9 +224,13 @@ where
     for w in 0..workers {
         topo = topo.node(&format!("w{w}"), &[J::WORKER_ROLE]);
     }
+    for w in workers..workers + membership.standby_workers {
+        topo = topo.standby_node(&format!("w{w}"), &[J::WORKER_ROLE]);
+    }
     let value = section_value(job)?;
     Ok(topo
         .with(|s| {
+            s.cluster.scale.clone_from(&membership.scale);
             s.app.insert(J::SECTION.into(), value);
             s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
             // A 2 s silence on a loaded machine is not a failure.
@@ -285,13 +349,21 @@ fn run_star_job<A: apps::StradsTrainApp>(
     scheduler_nodes: &[(String, Vec<String>)],
     workers: usize,
     transport: JobTransport,
+    membership: &Membership,
 ) -> Result<A::Metrics, CliError>
 where
     A::Job: serde::Serialize,
 {
     let out = A::out(&mut job).clone().ok_or(CliError::NoOutputDir)?;
     let timeout_s = A::timeout_s(&job);
-    let settings = star_settings_with::<A>(&job, scheduler_nodes, workers, transport, timeout_s)?;
+    let settings = star_settings_membership::<A>(
+        &job,
+        scheduler_nodes,
+        workers,
+        transport,
+        timeout_s,
+        membership,
+    )?;
     run_cluster(settings, transport, &out.join("run"))?;
     read_json(&out.join("metrics.json"))
 }
@@ -304,7 +376,8 @@ pub fn run_lasso_job(
     colocate: bool,
 ) -> Result<LassoMetrics, CliError> {
     let nodes = lasso_scheduler_nodes(job.schedulers, colocate);
-    run_star_job::<LassoApp>(job.clone(), &nodes, workers, transport)
+    let fixed = Membership::default();
+    run_star_job::<LassoApp>(job.clone(), &nodes, workers, transport, &fixed)
 }
 
 /// Runs job `A` on its scheduler nodes and `workers` workers; returns its metrics.
@@ -316,12 +389,21 @@ pub fn run_job<A: apps::StradsTrainApp>(
 where
     A::Config: serde::Serialize,
 {
-    run_star_job::<A>(
-        job.clone(),
-        &A::scheduler_nodes(job, false),
-        workers,
-        transport,
-    )
+    run_job_with::<A>(job, workers, transport, &Membership::default())
+}
+
+/// [`run_job`] with workers that join and leave as `membership` says.
+pub fn run_job_with<A: apps::StradsTrainApp>(
+    job: &A::Config,
+    workers: usize,
+    transport: JobTransport,
+    membership: &Membership,
+) -> Result<A::Metrics, CliError>
+where
+    A::Config: serde::Serialize,
+{
+    let nodes = A::scheduler_nodes(job, false);
+    run_star_job::<A>(job.clone(), &nodes, workers, transport, membership)
 }
 
 /// Why a finished run stopped, from its `metrics.json`, and its held-out figures.
@@ -428,9 +510,15 @@ pub const SMALL_PROBLEM_NONZEROS: u64 = 10_000_000;
 /// [`SMALL_PROBLEM_NONZEROS`] asked for no transport, workers or dashboard; `None` runs a cluster.
 fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option<u64>, CliError> {
     use petrel_strads::apps::lasso::LassoSolver;
-    let insisted = ["transport", "workers", "dashboard"]
-        .iter()
-        .any(|flag| given.contains(*flag));
+    let insisted = [
+        "transport",
+        "workers",
+        "dashboard",
+        "standby_workers",
+        "scale",
+    ]
+    .iter()
+    .any(|flag| given.contains(*flag));
     let serial_solves_it = job.schedulers <= 1
         && job.checkpoint_dir.is_none()
         && !job.resume
@@ -505,6 +593,7 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
     }
     let transport = c.transport.cluster();
     A::check_run(&job, transport)?;
+    let membership = Membership::of::<A>(c, &job, transport)?;
     // Always set by [`prepare_job`].
     let out = A::out(&mut job).clone().unwrap_or_default();
     let progress = progress::TrainProgress::start(A::NAME, A::progress_points(&job));
@@ -540,7 +629,7 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
                         *resumes |= resume;
                     }
                     A::next_attempt(&mut job, attempt);
-                    run_star_job::<A>(job, &nodes, c.workers, transport)
+                    run_star_job::<A>(job, &nodes, c.workers, transport, &membership)
                 },
             )?
         }

@@ -441,3 +441,72 @@ pub fn trained_in_memory(dir: &Path, app: &str) -> PathBuf {
     );
     out
 }
+
+/// `petrel train <app> --balance <balance>` on 2 workers with worker 0 slowed `factor`
+/// times, into `dir/<balance>`: its `metrics.json`.
+pub fn train_balanced(
+    dir: &Path,
+    app: &str,
+    balance: &str,
+    factor: &str,
+    args: &str,
+) -> serde_json::Value {
+    let out = dir.join(balance);
+    let status = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+        .args(["--workers", "2", "--transport", "memory"])
+        .args([
+            "--balance",
+            balance,
+            "--straggler",
+            "0",
+            "--straggler-factor",
+            factor,
+        ])
+        .args(args.split_whitespace())
+        .env("RUST_LOG", "warn")
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "petrel train {app} --balance {balance}: {status}"
+    );
+    metrics(&out)
+}
+
+/// A dynamic run's `metrics.json` re-dealt its `units` (rows, documents) at least once,
+/// and the slow worker 0 ended with fewer than worker 1.
+pub fn assert_dealt_off_worker_0(dynamic: &serde_json::Value, units: u64) {
+    let dealt: Vec<u64> = dynamic["balance"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_u64().unwrap())
+        .collect();
+    assert_eq!(dealt.iter().sum::<u64>(), units);
+    assert!(dealt[0] < dealt[1], "the slow worker kept {dealt:?}");
+    assert!(dynamic["balance"]["deals"].as_u64().unwrap() >= 1);
+}
+
+/// `petrel bench chaos <args>` of one faulted run: its output and JSON line, after
+/// checking that the fault struck and the job finished with the uninterrupted model,
+/// without a restart, an orphan or a hang.
+pub fn one_clean_chaos_run(args: &[&str]) -> (String, serde_json::Value) {
+    let out = Command::new(PETREL)
+        .args(["bench", "chaos", "--runs", "1"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = succeeded(&out);
+    let json = last_json_line(&stdout);
+    for (key, want) in [
+        ("faults_injected", 1),
+        ("jobs_completed", 1),
+        ("outputs_identical", 1),
+        ("restarts", 0),
+        ("orphans", 0),
+        ("hangs", 0),
+    ] {
+        assert_eq!(json[key].as_u64(), Some(want), "{key}: {stdout}");
+    }
+    (stdout, json)
+}

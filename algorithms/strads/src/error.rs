@@ -116,6 +116,15 @@ pub enum StradsError {
     /// The scheduler half rejected the partials (actor shells).
     #[error("app: {0}")]
     Pull(#[source] StradsModelError),
+    /// An elastic cluster (standby nodes, a scale plan, `on_node_death = "leave"`) runs a
+    /// role or settings written for a fixed membership.
+    #[error(
+        "role {role} keeps a fixed membership: standby nodes, [cluster] scale and on_node_death = \"leave\" are for the scheduled Lasso and logistic regression with balance = \"dynamic\""
+    )]
+    FixedMembership {
+        /// The role.
+        role: String,
+    },
     /// A scheduler was given no worker to dispatch to.
     #[error("no workers")]
     EmptyWorkerSet,

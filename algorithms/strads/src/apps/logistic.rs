@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, decode_state, encode_state, strads_app};
+use crate::core::balance::{DealGate, RowDealer, RowDealing, deal_step, gate};
+use crate::kit::dealing::{Fitted, WholeDesign, WorkerDealing};
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
@@ -29,11 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::Balance;
 use super::lasso::checkpoint::data_fingerprint;
-use super::lasso::dealing::{
-    DealGate, Fitted, RowDealer, WholeDesign, WorkerDealing, deal_step, gate,
-};
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
-use super::lasso::metrics::RowDealing;
 use super::lasso::metrics::common_applied;
 use super::lasso::wire::{LassoCommit, check_vars};
 use super::lasso::{LassoSettings, linear_model, write_coefficients};
@@ -76,6 +74,9 @@ pub enum LogisticTask {
         start: u64,
         /// One past the last row.
         end: u64,
+        /// For a worker that joins with this deal: the model so far.
+        #[serde(default)]
+        join: Option<super::lasso::wire::LassoJoin>,
     },
 }
 
@@ -165,7 +166,11 @@ impl Push<LogisticApp> for LogisticWorker {
                 self.busy_s += started.elapsed().as_secs_f64();
                 pushed
             }
-            LogisticTask::Deal { start, end } => {
+            LogisticTask::Deal { start, end, join } => {
+                if let Some(join) = join {
+                    self.dealing.join(&join.coefficients)?;
+                    self.applied = join.applied;
+                }
                 self.deal(*start as usize..*end as usize)?;
                 (Vec::new(), Vec::new())
             }
@@ -207,6 +212,10 @@ impl Push<LogisticApp> for LogisticWorker {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    fn holds_work(&self) -> bool {
+        self.rows > 0
     }
 }
 
@@ -291,6 +300,9 @@ pub struct LogisticScheduling {
     data_digest: Option<u64>,
     /// The rows' dealer with `balance = "dynamic"`.
     dealer: Option<RowDealer>,
+    /// With `balance = "dynamic"`: the coefficients as the workers sum the commits, for
+    /// the workers that join.
+    committed: Vec<f64>,
 }
 
 impl LogisticScheduling {
@@ -310,7 +322,7 @@ impl LogisticScheduling {
             lambda,
         )?;
         let shared = Arc::new(x.clone());
-        let dealer = RowDealer::of(job.balance, x.n_rows, workers)?;
+        let dealer = RowDealer::of(job.balance == Balance::Dynamic, x.n_rows, workers)?;
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,
             lambda,
@@ -336,6 +348,10 @@ impl LogisticScheduling {
             heldout,
             commit_log: CommitLog::default(),
             data_digest: None,
+            committed: match dealer {
+                Some(_) => vec![0.0; x.n_columns()],
+                None => Vec::new(),
+            },
             dealer,
         })
     }
@@ -397,7 +413,11 @@ impl Schedule<LogisticApp> for LogisticScheduling {
                 DealGate::Wait => return Step::Wait,
                 DealGate::Deal(ranges) => {
                     self.in_flight.push_back((round, None));
-                    return deal_step(ranges, |start, end| LogisticTask::Deal { start, end });
+                    return deal_step(ranges, |start, end| LogisticTask::Deal {
+                        start,
+                        end,
+                        join: None,
+                    });
                 }
                 DealGate::Proceed => {}
             }
@@ -506,6 +526,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             self.commit_log.push(old_values);
         }
         self.scheduler.commit(&changes);
+        crate::kit::dealing::add_changes(&mut self.committed, &changes);
         self.s.updates += vars.len() as u64;
         self.s.l1_after.push(self.s.l1);
         self.s.updates_after.push(self.s.updates);
@@ -544,6 +565,29 @@ impl Schedule<LogisticApp> for LogisticScheduling {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    /// With `balance = "dynamic"`, a deal round over the changed workers (joiners get the
+    /// coefficients); nothing from the final measuring round on.
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Option<Step<LogisticTask>>, StradsModelError> {
+        if self.s.scheduled >= self.max_rounds {
+            return Ok(None);
+        }
+        let model = (self.committed.as_slice(), self.s.l1_after.len() as u64 - 1);
+        let dealer = self.dealer.as_mut();
+        let step = crate::kit::dealing::change_deal(dealer, round, change, model, |rows, join| {
+            LogisticTask::Deal {
+                start: rows.start,
+                end: rows.end,
+                join,
+            }
+        })?;
+        self.in_flight.push_back((round, None));
+        Ok(Some(step))
     }
 }
 
@@ -712,7 +756,7 @@ impl StradsJob for LogisticApp {
         let mut worker = LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?;
         worker.data_digest = Some(digest);
         let whole = (job.balance == Balance::Dynamic).then(|| WholeDesign::new(x, labels, None));
-        worker.dealing = WorkerDealing::of(job, index, whole);
+        worker.dealing = WorkerDealing::of(job.slowness(index), whole);
         Ok(StarHalf(worker))
     }
 
@@ -743,11 +787,13 @@ pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
 
 async fn scheduler_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    super::lasso::check_membership(&ctx, &job, SCHEDULER_ROLE)?;
     super::lasso::solver_role::<gs::LogisticGsApp, LogisticApp>(ctx, &job, true).await
 }
 
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    super::lasso::check_membership(&ctx, &job, WORKER_ROLE)?;
     super::lasso::solver_role::<gs::LogisticGsApp, LogisticApp>(ctx, &job, false).await
 }
 

@@ -131,6 +131,21 @@ pub trait Schedule<A: StradsApp> {
     fn data_digest(&self) -> Option<u64> {
         None
     }
+
+    /// The workers change ([`crate::core::roster::Reshape`]) at round boundary `round`,
+    /// with nothing in flight: the round that deals the work over `change.dealt` (the
+    /// leavers get none), or `Ok(None)` to keep the workers for now (e.g. the job is
+    /// stopping). The default refuses: the app keeps a fixed membership.
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Option<Step<A::Task>>, StradsModelError> {
+        let _ = change;
+        Err(StradsModelError::InvalidConfig(format!(
+            "round {round}: this app keeps a fixed membership (no joins or leaves)"
+        )))
+    }
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.
@@ -179,6 +194,12 @@ pub trait Push<A: StradsApp>: Unpin + 'static {
     /// The digest of the data this worker loaded (see [`Schedule::data_digest`]).
     fn data_digest(&self) -> Option<u64> {
         None
+    }
+
+    /// Whether this worker holds work (a worker of an elastic job that holds none after a
+    /// change's round committed may leave); the default: always.
+    fn holds_work(&self) -> bool {
+        true
     }
 }
 

@@ -8,11 +8,16 @@
 //! have saved since the last re-deal pays for the last re-deal's measured cost (a costly
 //! re-deal for a small gain waits); no share falls below
 //! [`BALANCE_MIN_SHARE`] of an even one, so every worker stays measured.
+//!
+//! [`RowDealer`] is the scheduler's side for the apps: the balancer fed with the workers'
+//! cumulative compute, the deal round (nothing in flight) and its measured cost.
 
 use super::StradsModelError;
+use super::app::{Plan, Step};
 use super::tuning::{
     BALANCE_MIN_GAIN, BALANCE_MIN_SHARE, BALANCE_SETTLE_ROUNDS, BALANCE_SMOOTHING,
 };
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 /// Shares of `total` contiguous units over the workers, and each worker's smoothed time
@@ -187,6 +192,199 @@ impl LoadBalancer {
     }
 }
 
+/// What the scheduler does next about the dealing ([`RowDealer::gate`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DealGate {
+    /// A deal is in flight: schedule nothing else.
+    Wait,
+    /// Run a deal round: worker `i` takes rows `ranges[i]`.
+    Deal(Vec<Range<u64>>),
+    /// Schedule as with a static dealing.
+    Proceed,
+}
+
+/// The scheduler's side of `balance = "dynamic"`: the row balancer, each worker's
+/// compute (cumulative seconds) at its last answer, and the re-deals so far.
+pub struct RowDealer {
+    balancer: LoadBalancer,
+    last_busy: Vec<f64>,
+    deals: u64,
+    /// The first answers after a deal also hold the last commit on the old rows: they
+    /// only move `last_busy`.
+    just_dealt: Vec<bool>,
+    /// When the last round was pulled (seconds into the run): a deal's cost is the time
+    /// from there to its own pull.
+    last_pull_s: f64,
+    /// The changes of the workers so far (elastic jobs).
+    changes: Vec<WorkerChange>,
+}
+
+impl RowDealer {
+    /// The dealer of `n_rows` rows over `workers`, starting from the static dealing, or
+    /// none unless `dynamic` (`balance = "static"`).
+    pub fn of(
+        dynamic: bool,
+        n_rows: usize,
+        workers: usize,
+    ) -> Result<Option<Self>, StradsModelError> {
+        if !dynamic {
+            return Ok(None);
+        }
+        let shares = super::split_evenly(n_rows, workers)
+            .iter()
+            .map(|r| r.len() as u64)
+            .collect();
+        Self::from_shares(shares).map(Some)
+    }
+
+    /// The dealer starting from `shares` units per worker (contiguous, in worker order).
+    pub fn from_shares(shares: Vec<u64>) -> Result<Self, StradsModelError> {
+        let workers = shares.len();
+        Ok(RowDealer {
+            balancer: LoadBalancer::new(shares)?,
+            last_busy: vec![0.0; workers],
+            deals: 0,
+            just_dealt: vec![false; workers],
+            last_pull_s: 0.0,
+            changes: Vec::new(),
+        })
+    }
+
+    /// Worker `index` has computed `busy_s` seconds in all (cumulative): the part since
+    /// its last answer was on its current rows.
+    pub fn observe(&mut self, index: usize, busy_s: f64) {
+        if let (Some(last), Some(dealt)) = (
+            self.last_busy.get_mut(index),
+            self.just_dealt.get_mut(index),
+        ) {
+            if !std::mem::take(dealt) {
+                self.balancer.observe(index, busy_s - *last);
+            }
+            *last = busy_s;
+        }
+    }
+
+    /// Before scheduling a round: a deal round when the balancer measured that it pays,
+    /// once nothing is in flight (`idle`: the pipeline drains for it, so the update
+    /// rounds stay those of a static dealing); nothing else while one is in flight.
+    pub fn gate(&mut self, round: u64, deal_in_flight: bool, idle: bool) -> DealGate {
+        if deal_in_flight {
+            return DealGate::Wait;
+        }
+        if self.balancer.proposal().is_none() {
+            return DealGate::Proceed;
+        }
+        if !idle {
+            return DealGate::Wait;
+        }
+        if self.balancer.rebalance().is_none() {
+            return DealGate::Proceed;
+        }
+        self.deals += 1;
+        self.just_dealt.iter_mut().for_each(|d| *d = true);
+        tracing::debug!(round, rows = ?self.balancer.shares(), "rows re-dealt");
+        DealGate::Deal(self.balancer.ranges())
+    }
+
+    /// A round was pulled `elapsed_s` into the run; a deal round's time since the last
+    /// pull is the deal's cost.
+    pub fn pulled(&mut self, elapsed_s: f64, deal: bool) {
+        if deal {
+            self.balancer.deal_cost(elapsed_s - self.last_pull_s);
+        }
+        self.last_pull_s = elapsed_s;
+    }
+
+    /// `metrics.json`'s `balance`.
+    pub fn report(&self) -> RowDealing {
+        RowDealing {
+            deals: self.deals,
+            rows: self.balancer.shares().to_vec(),
+            seconds_per_row: self.balancer.seconds_per_unit(),
+            changes: self.changes.clone(),
+        }
+    }
+
+    /// The workers change at `round` ([`crate::core::roster::Reshape`]): the rows are
+    /// dealt evenly over the `staying` workers, nothing measured yet, and each of the
+    /// `leaving` ones (dealt after them) gets none. The ranges of the change's round, in
+    /// its worker order.
+    pub fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Vec<Range<u64>>, StradsModelError> {
+        let total: u64 = self.balancer.shares().iter().sum();
+        let staying = change.staying().len();
+        let shares = super::split_evenly(total as usize, staying)
+            .iter()
+            .map(|r| r.len() as u64)
+            .collect();
+        let changes = std::mem::take(&mut self.changes);
+        *self = Self::from_shares(shares)?;
+        self.just_dealt.iter_mut().for_each(|d| *d = true);
+        self.changes = changes;
+        self.changes.push(WorkerChange {
+            round,
+            joined: change.joining().iter().map(|w| w.to_string()).collect(),
+            left: change.leaving().to_vec(),
+            workers: change.staying().to_vec(),
+            rows: self.balancer.shares().to_vec(),
+        });
+        let mut ranges = self.balancer.ranges();
+        ranges.extend(change.leaving().iter().map(|_| total..total));
+        tracing::info!(round, rows = ?self.balancer.shares(), "rows dealt over the changed workers");
+        Ok(ranges)
+    }
+}
+
+/// A change of the workers: who joined and left at which round, and the rows each
+/// worker (in order) took.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerChange {
+    /// The change's round.
+    pub round: u64,
+    /// Workers that joined.
+    pub joined: Vec<String>,
+    /// Workers that left.
+    pub left: Vec<String>,
+    /// The workers after it, in worker order.
+    pub workers: Vec<String>,
+    /// Rows of each of them.
+    pub rows: Vec<u64>,
+}
+
+/// The deal round of `ranges`: worker `i` gets `task(start, end)` of `ranges[i]`.
+pub fn deal_step<T>(ranges: Vec<Range<u64>>, task: impl Fn(u64, u64) -> T) -> Step<T> {
+    Step::Run(Plan::PerWorker(
+        ranges.into_iter().map(|r| task(r.start, r.end)).collect(),
+    ))
+}
+
+/// The dealer's gate, or [`DealGate::Proceed`] without one (static dealing).
+pub fn gate(
+    dealer: Option<&mut RowDealer>,
+    round: u64,
+    deal_in_flight: bool,
+    idle: bool,
+) -> DealGate {
+    dealer.map_or(DealGate::Proceed, |d| d.gate(round, deal_in_flight, idle))
+}
+
+/// How a job with `balance = "dynamic"` dealt its units (`metrics.json`'s `balance`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RowDealing {
+    /// Re-deals (each one round).
+    pub deals: u64,
+    /// Rows of each worker at the end, in worker order.
+    pub rows: Vec<u64>,
+    /// Each worker's smoothed seconds per row at the end (0 where never measured).
+    pub seconds_per_row: Vec<f64>,
+    /// The workers' joins and leaves, in order (none with a fixed membership).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<WorkerChange>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +501,51 @@ mod tests {
         run(&mut b, &[1e-6, 1e-6], 100);
         let slow = b.shares()[0] as f64 / 1200.0;
         assert!((slow - 0.5).abs() < 0.05, "{:?}", b.shares());
+    }
+
+    #[test]
+    fn the_gate_deals_only_when_idle_and_measured_and_waits_for_a_deal() {
+        assert!(RowDealer::of(false, 100, 2).unwrap().is_none());
+        assert_eq!(gate(None, 0, false, true), DealGate::Proceed);
+        let mut dealer = RowDealer::of(true, 100, 2).unwrap().unwrap();
+        assert_eq!(dealer.gate(0, false, true), DealGate::Proceed);
+        // Worker 0 takes three times as long per row as worker 1, round after round.
+        for round in 1..=20 {
+            dealer.observe(0, 3.0 * round as f64);
+            dealer.observe(1, round as f64);
+        }
+        assert_eq!(dealer.gate(21, true, true), DealGate::Wait);
+        // A deal that pays drains the pipeline first.
+        assert_eq!(dealer.gate(21, false, false), DealGate::Wait);
+        let DealGate::Deal(ranges) = dealer.gate(21, false, true) else {
+            panic!("no deal: {:?}", dealer.report());
+        };
+        assert_eq!(ranges.last().map(|r| r.end), Some(100));
+        assert!(ranges[0].end < 50, "{ranges:?}");
+        assert_eq!(dealer.report().deals, 1);
+        assert_eq!(dealer.report().rows[0], ranges[0].end);
+    }
+
+    #[test]
+    fn a_change_deals_evenly_over_the_staying_workers_and_nothing_to_the_leavers() {
+        use crate::core::roster::Roster;
+        let mut dealer = RowDealer::of(true, 100, 2).unwrap().unwrap();
+        let mut roster = Roster::new(vec!["w0".into(), "w1".into()]);
+        roster.announce("w2".into(), false);
+        roster.announce("w0".into(), true);
+        let change = roster
+            .reshape(&["w0".into(), "w1".into(), "w2".into()])
+            .unwrap();
+        let ranges = dealer.reshape(7, &change).unwrap();
+        assert_eq!(ranges, vec![0..50, 50..100, 100..100]);
+        let report = dealer.report();
+        assert_eq!(report.rows, vec![50, 50]);
+        assert_eq!(report.changes.len(), 1);
+        assert_eq!(report.changes[0].joined, vec!["w2".to_string()]);
+        assert_eq!(report.changes[0].left, vec!["w0".to_string()]);
+        // The answers right after the change only set the baseline of each worker.
+        dealer.observe(0, 5.0);
+        dealer.observe(1, 1.0);
+        assert_eq!(dealer.report().seconds_per_row, vec![0.0, 0.0]);
     }
 }

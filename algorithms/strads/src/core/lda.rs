@@ -108,6 +108,40 @@ impl VocabularyPartition {
     }
 }
 
+/// A document moving between workers on a re-deal: its words and their topics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MovedDoc {
+    /// Global id.
+    pub id: u32,
+    /// Word ids.
+    pub words: Vec<u32>,
+    /// Topic of every word.
+    pub topics: Vec<u32>,
+}
+
+/// Refuses a word id outside the vocabulary.
+fn check_words(words: &[u32], vocab_size: usize) -> Result<(), StradsModelError> {
+    match words.iter().find(|&&w| w as usize >= vocab_size) {
+        Some(w) => Err(StradsModelError::DimensionMismatch(format!(
+            "word {w} >= vocab size {vocab_size}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The order in which documents are dealt under `balance = "dynamic"`: by static owner
+/// (`doc_worker[d]`), then id, so each worker's static documents are one contiguous range
+/// and a re-deal moves the ranges' boundaries. Returns each document's position.
+pub fn deal_order(doc_worker: &[u32]) -> Vec<u32> {
+    let mut docs: Vec<u32> = (0..doc_worker.len() as u32).collect();
+    docs.sort_by_key(|&d| (doc_worker[d as usize], d));
+    let mut position = vec![0u32; docs.len()];
+    for (p, d) in docs.into_iter().enumerate() {
+        position[d as usize] = p as u32;
+    }
+    position
+}
+
 /// One worker: its documents, their topic assignments and doc-topic counts, the tokens of
 /// each vocabulary block, and its view of the topic totals.
 #[derive(Debug, Clone)]
@@ -169,33 +203,27 @@ impl LdaWorker {
         let vocab_size = vocabulary.word_block.len();
         let mut rng =
             ChaCha12Rng::seed_from_u64(config.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9));
-        let mut tokens_by_block = vec![Vec::new(); vocabulary.block_words.len()];
         let mut doc_ids = Vec::with_capacity(docs.len());
         let mut assignments = Vec::with_capacity(docs.len());
         let mut doc_topic = Vec::with_capacity(docs.len());
         let mut topic_totals = vec![0i64; k];
         let mut words_of_docs = Vec::with_capacity(docs.len());
-        for (local_doc, (id, words)) in docs.into_iter().enumerate() {
+        for (id, words) in docs {
+            check_words(&words, vocab_size)?;
             let mut counts = TopicCounts::default();
             let mut topics = Vec::with_capacity(words.len());
-            for (pos, &w) in words.iter().enumerate() {
-                let block = *vocabulary.word_block.get(w as usize).ok_or_else(|| {
-                    StradsModelError::DimensionMismatch(format!(
-                        "word {w} >= vocab size {vocab_size}"
-                    ))
-                })?;
+            for _ in &words {
                 let topic = rng.gen_range(0..k as u32);
                 counts.increment(topic);
                 topic_totals[topic as usize] += 1;
                 topics.push(topic);
-                tokens_by_block[block as usize].push((local_doc as u32, pos as u32));
             }
             doc_ids.push(id);
             words_of_docs.push(words);
             assignments.push(topics);
             doc_topic.push(counts);
         }
-        Ok(LdaWorker {
+        let mut lda = LdaWorker {
             worker,
             n_topics: k,
             alpha: config.alpha,
@@ -203,12 +231,97 @@ impl LdaWorker {
             docs: words_of_docs,
             assignments,
             doc_topic,
-            tokens_by_block,
+            tokens_by_block: Vec::new(),
             totals_delta: vec![0; k],
             topic_totals,
             rng,
             sampler: SparseSampler::new(k, vocab_size, config.alpha, config.beta),
-        })
+        };
+        lda.reindex(vocabulary);
+        Ok(lda)
+    }
+
+    /// Rebuilds the per-block token index of the documents held.
+    fn reindex(&mut self, vocabulary: &VocabularyPartition) {
+        let mut tokens_by_block = vec![Vec::new(); vocabulary.block_words.len()];
+        for (local_doc, words) in self.docs.iter().enumerate() {
+            for (pos, &w) in words.iter().enumerate() {
+                let block = vocabulary.word_block[w as usize] as usize;
+                tokens_by_block[block].push((local_doc as u32, pos as u32));
+            }
+        }
+        self.tokens_by_block = tokens_by_block;
+    }
+
+    /// Global ids of the documents held.
+    pub fn doc_ids(&self) -> &[u32] {
+        &self.doc_ids
+    }
+
+    /// Tokens of the documents held whose word is in vocabulary block `block`.
+    pub fn tokens_in_block(&self, block: usize) -> u64 {
+        self.tokens_by_block
+            .get(block)
+            .map_or(0, |t| t.len() as u64)
+    }
+
+    /// Gives up every document `keep` refuses, with its words and topic assignments (a
+    /// re-deal moves them to another worker; the word-topic counts and topic totals stay
+    /// as they are, since the tokens keep their topics).
+    pub fn release(
+        &mut self,
+        keep: impl Fn(u32) -> bool,
+        vocabulary: &VocabularyPartition,
+    ) -> Vec<MovedDoc> {
+        let mut moved = Vec::new();
+        let held = std::mem::take(&mut self.doc_ids).into_iter();
+        let docs = std::mem::take(&mut self.docs).into_iter();
+        let topics = std::mem::take(&mut self.assignments).into_iter();
+        let counts = std::mem::take(&mut self.doc_topic).into_iter();
+        for (((id, words), topics), counts) in held.zip(docs).zip(topics).zip(counts) {
+            if keep(id) {
+                self.doc_ids.push(id);
+                self.docs.push(words);
+                self.assignments.push(topics);
+                self.doc_topic.push(counts);
+            } else {
+                moved.push(MovedDoc { id, words, topics });
+            }
+        }
+        self.reindex(vocabulary);
+        moved
+    }
+
+    /// Takes documents another worker released, their topic assignments as they were.
+    pub fn adopt(
+        &mut self,
+        moved: Vec<MovedDoc>,
+        vocabulary: &VocabularyPartition,
+    ) -> Result<(), StradsModelError> {
+        for doc in &moved {
+            check_words(&doc.words, vocabulary.word_block.len())?;
+            if doc.topics.len() != doc.words.len()
+                || doc.topics.iter().any(|&t| t as usize >= self.n_topics)
+            {
+                return Err(StradsModelError::protocol(format!(
+                    "moved document {}: {} topics for {} words ({} topics)",
+                    doc.id,
+                    doc.topics.len(),
+                    doc.words.len(),
+                    self.n_topics
+                )));
+            }
+        }
+        for doc in moved {
+            let mut counts = TopicCounts::default();
+            doc.topics.iter().for_each(|&t| counts.increment(t));
+            self.doc_ids.push(doc.id);
+            self.docs.push(doc.words);
+            self.assignments.push(doc.topics);
+            self.doc_topic.push(counts);
+        }
+        self.reindex(vocabulary);
+        Ok(())
     }
 
     /// The state a checkpoint saves.

@@ -18,6 +18,7 @@ pub mod loss;
 pub mod mf;
 pub mod pipeline;
 pub mod ring;
+pub mod roster;
 pub mod scheduler;
 pub mod tuning;
 

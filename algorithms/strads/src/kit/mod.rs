@@ -8,13 +8,15 @@
 //!                 -> ready barrier
 //! ```
 
+pub mod dealing;
 pub mod serial;
 
 use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
 use crate::error::StradsError;
 use crate::shells::{
-    RoundCheckpointSettings, RoundCheckpointer, RunStats, SchedulerOptions, WorkerSet,
-    ring_members, run_scheduler, run_scheduler_checkpointed, start_ring_worker, start_worker,
+    ElasticWorkers, RosterNotice, RoundCheckpointSettings, RoundCheckpointer, RunStats,
+    SchedulerOptions, WorkerSet, ring_members, run_scheduler, run_scheduler_checkpointed,
+    run_scheduler_elastic, start_elastic_worker, start_ring_worker, start_worker, starting_workers,
 };
 use petrel_actors::{Cluster, Node, NodeContext};
 use serde::Serialize;
@@ -134,6 +136,9 @@ pub trait StradsJob: StradsApp + Sized {
     ) -> Result<(), StradsError>;
 }
 
+/// A worker of an elastic job, started: the receiver fires when it may leave.
+pub type StartedElastic = Result<futures::channel::oneshot::Receiver<()>, StradsError>;
+
 /// A worker half with its routing (as an actor and in the serial driver).
 pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
     /// Starts worker `index` of `workers` (node names, in order) as actor `actor`.
@@ -155,6 +160,16 @@ pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
     /// The digest of the data this half loaded, compared with the scheduler's
     /// ([`Schedule::data_digest`]) at the ready barrier.
     fn data_digest(&self) -> Option<u64>;
+
+    /// Starts worker `index` in a job whose workers join and leave; the receiver fires
+    /// once it was asked to leave and holds no work. The default refuses (ring routing
+    /// keeps its members).
+    fn start_elastic(self, node: &Node, actor: &str, index: u32) -> StartedElastic {
+        let _ = (node, actor, index);
+        Err(StradsError::FixedMembership {
+            role: actor.to_string(),
+        })
+    }
 }
 
 /// Star routing: every task and partial goes through the scheduler ([`Push`]).
@@ -183,6 +198,10 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
 
     fn data_digest(&self) -> Option<u64> {
         self.0.data_digest()
+    }
+
+    fn start_elastic(self, node: &Node, actor: &str, index: u32) -> StartedElastic {
+        Ok(start_elastic_worker::<A, W>(node, actor, index, self.0)?)
     }
 }
 
@@ -260,31 +279,60 @@ fn shape_of<J: StradsJob>(ctx: &NodeContext, workers: &[String]) -> JobShape {
     }
 }
 
+/// The barrier every member of an elastic job `J` enters once the scheduler finished:
+/// the workers' roles wait there (or leave earlier).
+pub fn done_barrier<J: StradsJob>() -> String {
+    format!("strads.{}.done", J::SECTION)
+}
+
 /// The scheduler role of job `J`: builds the scheduler half, waits until every worker is
-/// ready, runs the rounds and writes the outputs.
+/// ready, runs the rounds and writes the outputs. In a cluster whose members may change it
+/// starts with the non-standby workers and follows their joins and leaves
+/// ([`run_scheduler_elastic`]).
 pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsError> {
     let config = config_of::<J>(&ctx)?;
-    let workers = ctx.nodes_with_role(J::WORKER_ROLE);
+    let elastic = ctx.settings.allows_membership_changes();
+    let workers = match elastic {
+        true => starting_workers(&ctx.settings, J::WORKER_ROLE),
+        false => ctx.nodes_with_role(J::WORKER_ROLE),
+    };
     if workers.is_empty() {
         return Err(StradsError::NoWorkers {
             role: J::WORKER_ROLE,
         });
     }
+    let mut roster = match elastic {
+        true => Some(ElasticWorkers::start(
+            &ctx,
+            J::WORKER_ROLE,
+            workers.clone(),
+        )?),
+        false => None,
+    };
     let shape = shape_of::<J>(&ctx, &workers);
     let loader = config.clone();
     let mut scheduler = off_loop(move || J::scheduler(&loader, &shape)).await?;
     tracing::info!(app = J::SECTION, workers = shape.workers, "scheduler ready");
-    ctx.barrier_agreeing(&ready_barrier::<J>(), scheduler.data_digest())
-        .await?;
+    let opts = J::scheduler_options(&config);
+    match roster.as_mut() {
+        Some(roster) => {
+            let digest = scheduler.data_digest();
+            roster.starting_workers_ready(digest, opts.timeout).await?;
+        }
+        None => {
+            ctx.barrier_agreeing(&ready_barrier::<J>(), scheduler.data_digest())
+                .await?;
+        }
+    }
     let set = WorkerSet::<J>::resolve(&ctx.node, &workers, J::WORKER_ROLE)?;
     let before = ctx.node.net_stats();
-    let opts = J::scheduler_options(&config);
-    let stats = match J::round_checkpoints(&config) {
-        Some(settings) => {
+    let stats = match (J::round_checkpoints(&config), roster.as_mut()) {
+        (_, Some(roster)) => run_scheduler_elastic(&mut scheduler, &set, &opts, roster).await?,
+        (Some(settings), None) => {
             let mut checkpoints = RoundCheckpointer::new(J::SECTION, settings);
             run_scheduler_checkpointed(&mut scheduler, &set, &opts, &mut checkpoints).await?
         }
-        None => run_scheduler(&mut scheduler, &set, &opts).await?,
+        (None, None) => run_scheduler(&mut scheduler, &set, &opts).await?,
     };
     let after = ctx.node.net_stats();
     let scheduler_bytes = (after.sent_bytes + after.received_bytes)
@@ -299,12 +347,19 @@ pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strads
         stats,
         scheduler_bytes,
     };
-    J::finish(&config, scheduler, &run)
+    J::finish(&config, scheduler, &run)?;
+    if roster.is_some() {
+        ctx.barrier(&done_barrier::<J>()).await?;
+    }
+    Ok(())
 }
 
 /// The worker role of job `J`: builds this node's worker half, starts it and passes the
 /// ready barrier.
 pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsError> {
+    if ctx.settings.allows_membership_changes() {
+        return elastic_worker_role::<J>(ctx).await;
+    }
     let config = config_of::<J>(&ctx)?;
     let workers = ctx.nodes_with_role(J::WORKER_ROLE);
     let index = workers
@@ -320,6 +375,94 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
     half.start(&ctx.node, J::WORKER_ROLE, index as u32, &workers)?;
     tracing::info!(app = J::SECTION, worker = index, "worker ready");
     Ok(ctx.barrier_agreeing(&ready_barrier::<J>(), digest).await?)
+}
+
+/// The worker role of job `J` in a cluster whose members may change. Every worker, starting
+/// or joining, announces itself ready to the scheduler (no ready barrier: a standby node
+/// that joins during start-up would hold it up). Asked to leave, it says so and keeps
+/// serving until a change's round dealt it nothing, then leaves; otherwise it waits for
+/// the scheduler to finish.
+async fn elastic_worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsError> {
+    let config = config_of::<J>(&ctx)?;
+    let name = ctx.spec.name.clone();
+    let workers = match ctx.spec.standby {
+        true => ctx.nodes_with_role(J::WORKER_ROLE),
+        false => starting_workers(&ctx.settings, J::WORKER_ROLE),
+    };
+    let index = workers
+        .iter()
+        .position(|n| *n == name)
+        .ok_or_else(|| StradsError::NotInRole {
+            node: name.clone(),
+            role: J::WORKER_ROLE,
+        })?;
+    let shape = shape_of::<J>(&ctx, &workers);
+    let half = off_loop(move || J::worker(&config, index, &shape)).await?;
+    let digest = half.data_digest();
+    let released = half.start_elastic(&ctx.node, J::WORKER_ROLE, index as u32)?;
+    let scheduler = ctx
+        .nodes_with_role(J::SCHEDULER_ROLE)
+        .into_iter()
+        .next()
+        .ok_or(StradsError::NoWorkers {
+            role: J::SCHEDULER_ROLE,
+        })?;
+    let roster = ctx
+        .node
+        .actor_at::<RosterNotice>(&scheduler, crate::shells::elastic::ROSTER_ACTOR)?;
+    let timeout = J::scheduler_options(&config_of::<J>(&ctx)?).timeout;
+    let notice = |leaving| {
+        let roster = roster.clone();
+        let worker = name.clone();
+        async move {
+            let mut attempts = 0;
+            loop {
+                let msg = RosterNotice {
+                    worker: worker.clone(),
+                    leaving,
+                    digest,
+                };
+                match roster
+                    .ask(msg, petrel_messages::Priority::NORMAL, timeout)
+                    .await
+                {
+                    Ok(()) => return Ok(()),
+                    // The scheduler registers its roster as its role starts: an early
+                    // notice may find none yet.
+                    Err(e) if attempts < 250 => {
+                        attempts += 1;
+                        tracing::debug!(error = %e, "roster not reachable yet; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    Err(source) => {
+                        return Err(StradsError::Worker {
+                            round: 0,
+                            worker: index,
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+    };
+    notice(false).await?;
+    tracing::info!(app = J::SECTION, worker = %name, "worker ready");
+    let done_name = done_barrier::<J>();
+    let done = ctx.barrier(&done_name);
+    tokio::pin!(done);
+    tokio::select! {
+        r = &mut done => return Ok(r.map(|_| ())?),
+        () = ctx.node.leave_requested() => {}
+    }
+    notice(true).await?;
+    tokio::select! {
+        r = &mut done => Ok(r.map(|_| ())?),
+        _ = released => {
+            tracing::info!(app = J::SECTION, worker = %name, "worker drained; leaving");
+            ctx.node.leave_when_done();
+            Ok(())
+        }
+    }
 }
 
 /// Registers job `J`'s scheduler and worker roles.

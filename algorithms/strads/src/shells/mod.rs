@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use petrel_actors::checkpoint::PartEntry;
 
 pub mod checkpoint;
+pub mod elastic;
 pub mod ring;
 pub mod star;
 
@@ -28,10 +29,11 @@ pub use crate::core::app::{
 };
 pub use crate::core::pipeline::{PipelineAction, PipelineCore};
 pub use checkpoint::{RoundCheckpointSettings, RoundCheckpointer};
+pub use elastic::{ElasticWorkers, RosterNotice, starting_workers};
 pub use ring::{RingWorker, ring_members, start_ring_worker};
 pub use star::{
     RunStats, SchedulerOptions, StradsWorker, WorkerSet, run_scheduler, run_scheduler_checkpointed,
-    run_scheduler_from, start_worker,
+    run_scheduler_elastic, run_scheduler_from, start_elastic_worker, start_worker,
 };
 
 /// Scheduler -> worker: the work of one round.

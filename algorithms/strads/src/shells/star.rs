@@ -3,6 +3,7 @@
 //! actor. The decisions are the [`PipelineCore`]'s; this file only moves messages.
 
 use super::checkpoint::{RoundCheckpointer, read_worker_round_file, write_worker_round_file};
+use super::elastic::{ElasticWorkers, WorkerExit};
 use super::{Commit, Dispatch, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
@@ -56,7 +57,6 @@ impl SchedulerOptions {
 }
 
 /// Addresses of the workers, in worker order.
-#[derive(Clone)]
 pub struct WorkerSet<A: StradsApp> {
     /// Where dispatches go.
     pub dispatch: Vec<ActorRef<Dispatch<A>>>,
@@ -66,6 +66,18 @@ pub struct WorkerSet<A: StradsApp> {
     pub save: Vec<ActorRef<SaveRoundState>>,
     /// Where checkpoint restores go.
     pub restore: Vec<ActorRef<RestoreRoundState>>,
+}
+
+// By hand: a derive would ask `A: Clone` of the marker type.
+impl<A: StradsApp> Clone for WorkerSet<A> {
+    fn clone(&self) -> Self {
+        WorkerSet {
+            dispatch: self.dispatch.clone(),
+            commit: self.commit.clone(),
+            save: self.save.clone(),
+            restore: self.restore.clone(),
+        }
+    }
 }
 
 impl<A: StradsApp> WorkerSet<A> {
@@ -205,7 +217,21 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
     opts: &SchedulerOptions,
     first_round: u64,
 ) -> Result<RunStats, StradsError> {
-    run_rounds(app, workers, opts, first_round, None).await
+    run_rounds(app, workers, opts, first_round, None, None).await
+}
+
+/// [`run_scheduler`] for a job whose workers join and leave ([`ElasticWorkers`]): at the
+/// first round boundary after a worker announced a join or a leave, the scheduler drains
+/// the rounds in flight, runs the app's change round ([`Schedule::reshape`]) over the
+/// staying workers and the leavers, commits it to all of them, and then sends to the
+/// staying workers only.
+pub async fn run_scheduler_elastic<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+    elastic: &mut ElasticWorkers,
+) -> Result<RunStats, StradsError> {
+    run_rounds(app, workers, opts, 0, None, Some(elastic)).await
 }
 
 /// [`run_scheduler`] with round checkpoints ([`super::checkpoint`]): first restores the
@@ -228,7 +254,7 @@ pub async fn run_scheduler_checkpointed<A: StradsApp, S: Schedule<A>>(
         checkpoints.clear_stale()?;
         0
     };
-    run_rounds(app, workers, opts, first_round, Some(checkpoints)).await
+    run_rounds(app, workers, opts, first_round, Some(checkpoints), None).await
 }
 
 async fn run_rounds<A: StradsApp, S: Schedule<A>>(
@@ -237,10 +263,13 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
     opts: &SchedulerOptions,
     first_round: u64,
     mut checkpoints: Option<&mut RoundCheckpointer>,
+    mut elastic: Option<&mut ElasticWorkers>,
 ) -> Result<RunStats, StradsError> {
     if workers.is_empty() {
         return Err(StradsError::EmptyWorkerSet);
     }
+    // Changes with the membership (elastic jobs); fixed otherwise.
+    let mut workers = workers.clone();
     // A resumed run's clock continues from its checkpoint.
     let clock_start = checkpoints
         .as_ref()
@@ -262,15 +291,38 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
         let checkpoint_due = checkpoints.as_ref().is_some_and(|c| c.due(progress));
         match core.next_action_after(waiting || checkpoint_due) {
             PipelineAction::Schedule(round) => {
+                if let Some(el) = elastic.as_deref_mut()
+                    && el.pending()?
+                {
+                    // A change waits for a boundary with nothing in flight.
+                    if core.in_flight() > 0 {
+                        waiting = true;
+                        continue;
+                    }
+                    if let Some(change) = el.reshape()
+                        && let Some(step) =
+                            app.reshape(round, &change).map_err(StradsError::Pull)?
+                    {
+                        workers = WorkerSet::resolve(el.node(), &change.dealt, el.actor())?;
+                        core.scheduled(&step)?;
+                        if let Step::Run(plan) = step {
+                            in_flight.push_back(dispatch_round(&workers, opts, round, plan)?);
+                            dispatched.push_back(Instant::now());
+                            metrics.round_dispatched(&node);
+                            el.dispatched(round, change);
+                        }
+                        continue;
+                    }
+                }
                 if let Some(c) = checkpoints.as_deref_mut().filter(|c| c.due(progress)) {
                     // A drain point: nothing in flight, every earlier round committed.
-                    c.save(app, workers, opts, round, elapsed()).await?;
+                    c.save(app, &workers, opts, round, elapsed()).await?;
                 }
                 let step = app.schedule(round, core.in_flight());
                 waiting = matches!(step, Step::Wait);
                 core.scheduled(&step)?;
                 if let Step::Run(plan) = step {
-                    in_flight.push_back(dispatch_round(workers, opts, round, plan)?);
+                    in_flight.push_back(dispatch_round(&workers, opts, round, plan)?);
                     dispatched.push_back(Instant::now());
                     metrics.round_dispatched(&node);
                 }
@@ -309,6 +361,11 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                         source,
                     })?;
                 }
+                if let Some(el) = elastic.as_deref_mut()
+                    && let Some(now) = el.committed(round)
+                {
+                    workers = WorkerSet::resolve(el.node(), &now, el.actor())?;
+                }
             }
             PipelineAction::Stop => break,
         }
@@ -326,6 +383,8 @@ pub struct StradsWorker<A: StradsApp, W: Push<A>> {
     index: u32,
     logic: W,
     failed: Option<String>,
+    /// Set in a job whose workers may leave.
+    exit: Option<WorkerExit>,
     _app: PhantomData<fn() -> A>,
 }
 
@@ -336,6 +395,7 @@ impl<A: StradsApp, W: Push<A>> StradsWorker<A, W> {
             index,
             logic,
             failed: None,
+            exit: None,
             _app: PhantomData,
         }
     }
@@ -392,6 +452,8 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Commit<A>>> for StradsWorker<A, W> {
             self.failed = Some(format!(
                 "commit of round {round} from scheduler {scheduler}: {e}"
             ));
+        } else if let Some(exit) = &mut self.exit {
+            exit.after_commit(self.logic.holds_work());
         }
         Ok(())
     }
@@ -452,7 +514,33 @@ pub fn start_worker<A: StradsApp, W: Push<A>>(
     index: u32,
     logic: W,
 ) -> Result<Addr<StradsWorker<A, W>>, NodeError> {
-    let addr = StradsWorker::<A, W>::new(index, logic).start();
+    start_worker_with(node, name, StradsWorker::<A, W>::new(index, logic))
+}
+
+/// [`start_worker`] in a job whose workers may leave: the receiver fires once this worker
+/// was asked to leave and holds no work after a commit.
+pub fn start_elastic_worker<A: StradsApp, W: Push<A>>(
+    node: &petrel_actors::Node,
+    name: &str,
+    index: u32,
+    logic: W,
+) -> Result<futures::channel::oneshot::Receiver<()>, NodeError> {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let mut worker = StradsWorker::<A, W>::new(index, logic);
+    worker.exit = Some(WorkerExit {
+        node: node.clone(),
+        release: Some(tx),
+    });
+    start_worker_with(node, name, worker)?;
+    Ok(rx)
+}
+
+fn start_worker_with<A: StradsApp, W: Push<A>>(
+    node: &petrel_actors::Node,
+    name: &str,
+    worker: StradsWorker<A, W>,
+) -> Result<Addr<StradsWorker<A, W>>, NodeError> {
+    let addr = worker.start();
     node.register(name, addr.clone())?
         .accept::<Dispatch<A>>()
         .accept::<Commit<A>>()

@@ -216,6 +216,11 @@ impl Default for LassoSettings {
 }
 
 impl LassoSettings {
+    /// Worker `index`'s emulated slowness (`straggler`, `straggler_factor`).
+    pub fn slowness(&self, index: usize) -> crate::kit::dealing::Straggler {
+        crate::kit::dealing::Straggler::of(self.straggler, self.straggler_factor, index)
+    }
+
     /// The settings only `solver = "scheduled"` has that this job sets away from their
     /// defaults, as `(key, value)`.
     pub fn scheduled_only_settings(&self) -> Vec<(&'static str, String)> {
@@ -524,8 +529,6 @@ impl StradsSettings for LassoSettings {
         }
         c.at_least("timeout_s", self.timeout_s, 1);
         c.at_least("schedulers", self.schedulers, 1);
-        c.finite("straggler_factor", self.straggler_factor);
-        c.at_least("straggler_factor", self.straggler_factor, 1.0);
         self.check_balance(&mut c);
         c.require(
             self.gs_exchange.is_none(),
@@ -600,22 +603,21 @@ impl LassoSettings {
     /// `balance = "dynamic"` moves rows between workers: one scheduler, and no round
     /// checkpoints (a checkpoint's residuals are per static row block).
     fn check_balance(&self, c: &mut SettingChecks) {
-        if self.balance == Balance::Static {
-            return;
-        }
-        let why = "applies to balance = \"static\" only (dynamic dealing moves rows \
-                   between the workers)";
-        c.require(self.schedulers == 1, "schedulers", self.schedulers, why);
+        crate::kit::dealing::check_dealing(
+            c,
+            self.balance,
+            self.straggler_factor,
+            &self.checkpoint_dir,
+            self.resume,
+        );
+        let dynamic = self.balance == Balance::Dynamic;
+        let why = crate::kit::dealing::STATIC_ONLY;
         c.require(
-            self.checkpoint_dir.is_none(),
-            "checkpoint_dir",
-            self.checkpoint_dir
-                .as_deref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
+            !dynamic || self.schedulers == 1,
+            "schedulers",
+            self.schedulers,
             why,
         );
-        c.require(!self.resume, "resume", self.resume, why);
     }
 }
 

@@ -5,6 +5,7 @@
 use super::config::LassoSettings;
 use super::wire::LassoPartial;
 use crate::core::StradsModelError;
+pub use crate::core::balance::RowDealing;
 use crate::core::lasso::{dual_scale, kkt_violation};
 use crate::error::StradsError;
 use crate::kit::{write_output, write_run_metrics};
@@ -122,17 +123,6 @@ pub struct LassoMetrics {
     /// With `balance = "dynamic"`: how the rows were dealt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance: Option<RowDealing>,
-}
-
-/// How a scheduled Lasso or logistic regression with `balance = "dynamic"` dealt its rows.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RowDealing {
-    /// Re-deals (each one round).
-    pub deals: u64,
-    /// Rows of each worker at the end, in worker order.
-    pub rows: Vec<u64>,
-    /// Each worker's smoothed seconds per row at the end (0 where never measured).
-    pub seconds_per_row: Vec<f64>,
 }
 
 impl LassoMetrics {

@@ -8,7 +8,6 @@
 pub mod baseline;
 pub mod checkpoint;
 pub mod config;
-pub mod dealing;
 pub mod gs;
 pub mod heldout;
 pub mod metrics;
@@ -31,6 +30,7 @@ pub use worker::LassoWorker;
 
 use crate::core::lasso::LassoWorkerState;
 use crate::error::StradsError;
+use crate::kit::dealing::WorkerDealing;
 use crate::kit::serial::Delivery;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
 use crate::shells::SchedulerOptions;
@@ -97,7 +97,7 @@ impl StradsJob for LassoApp {
             digest = job.data.is_some().then(|| data_fingerprint(&x, &y));
             let block = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
             if dynamic {
-                whole = Some(dealing::WholeDesign::new(x, y, means.clone()));
+                whole = Some(crate::kit::dealing::WholeDesign::new(x, y, means.clone()));
             }
             block
         } else {
@@ -112,7 +112,7 @@ impl StradsJob for LassoApp {
         };
         let mut worker = LassoWorker::with_schedulers(state, job.schedulers);
         worker.data_digest = digest;
-        worker = worker.dealing(dealing::WorkerDealing::of(job, index, whole));
+        worker = worker.dealing(WorkerDealing::of(job.slowness(index), whole));
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
         Ok(StarHalf(worker))
     }
@@ -161,7 +161,31 @@ pub fn register(cluster: Cluster) -> Cluster {
 /// "gauss-seidel"`, a column-holding one ([`gs`]).
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(LassoApp::SECTION)?;
+    check_membership(&ctx, &job, WORKER_ROLE)?;
     solver_role::<gs::LassoGsApp, LassoApp>(ctx, &job, false).await
+}
+
+/// Whether `job` handles joins and leaves of its workers: the scheduled solver with
+/// `balance = "dynamic"` and one scheduler, whose deal rounds re-deal the rows over the
+/// workers of the moment.
+pub fn supports_membership_changes(job: &LassoSettings) -> bool {
+    job.resolved_solver() == LassoSolver::Scheduled
+        && job.balance == Balance::Dynamic
+        && job.schedulers <= 1
+}
+
+/// Refuses a cluster whose members may change unless the job handles it.
+pub(crate) fn check_membership(
+    ctx: &petrel_actors::NodeContext,
+    job: &LassoSettings,
+    role: &str,
+) -> Result<(), StradsError> {
+    match ctx.settings.allows_membership_changes() && !supports_membership_changes(job) {
+        true => Err(StradsError::FixedMembership {
+            role: role.to_string(),
+        }),
+        false => Ok(()),
+    }
 }
 
 /// The scheduler's (`scheduler`) or a worker's role of job `G` under the Gauss-Seidel

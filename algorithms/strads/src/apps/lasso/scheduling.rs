@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::ClusterShape;
-use super::config::LassoSettings;
-use super::dealing::{DealGate, RowDealer, deal_step};
+use super::config::{Balance, LassoSettings};
 use super::heldout::LinearHeldout;
 use super::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation, common_applied,
@@ -27,9 +26,11 @@ use super::metrics::{
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::balance::{DealGate, RowDealer, deal_step};
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
+use crate::kit::dealing::change_deal;
 use petrel_messages::tensor::{f32_bytes, f64_bytes};
 use petrel_ml::data::SparseColumns;
 use petrel_ml::model::LinearTask;
@@ -65,6 +66,9 @@ pub struct LassoScheduling {
     pub(super) data_digest: Option<u64>,
     /// The rows' dealer with `balance = "dynamic"`.
     dealer: Option<RowDealer>,
+    /// With `balance = "dynamic"`: the coefficients as the workers sum the commits, for
+    /// the workers that join.
+    committed: Vec<f64>,
 }
 
 /// What a [`LassoScheduling`] changes while running (a round checkpoint holds it, with the
@@ -106,7 +110,7 @@ impl LassoScheduling {
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
-        let dealer = RowDealer::of(job.balance, x.n_rows, workers)?;
+        let dealer = RowDealer::of(job.balance == Balance::Dynamic, x.n_rows, workers)?;
         Ok(LassoScheduling {
             scheduler,
             col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
@@ -136,6 +140,10 @@ impl LassoScheduling {
             heldout,
             shape: None,
             data_digest: None,
+            committed: match dealer {
+                Some(_) => vec![0.0; x.n_columns()],
+                None => Vec::new(),
+            },
             dealer,
         })
     }
@@ -240,11 +248,15 @@ impl Schedule<LassoApp> for LassoScheduling {
         }
         let deal_in_flight = self.in_flight.iter().any(|(_, k)| *k == InFlight::Deal);
         let idle = in_flight == 0 && self.in_flight.is_empty();
-        match super::dealing::gate(self.dealer.as_mut(), round, deal_in_flight, idle) {
+        match crate::core::balance::gate(self.dealer.as_mut(), round, deal_in_flight, idle) {
             DealGate::Wait => return Step::Wait,
             DealGate::Deal(ranges) => {
                 self.in_flight.push_back((round, InFlight::Deal));
-                return deal_step(ranges, |start, end| LassoTask::Deal { start, end });
+                return deal_step(ranges, |start, end| LassoTask::Deal {
+                    start,
+                    end,
+                    join: None,
+                });
             }
             DealGate::Proceed => {}
         }
@@ -368,6 +380,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     changes.push((j, value - old));
                 }
                 self.scheduler.commit(&changes);
+                crate::kit::dealing::add_changes(&mut self.committed, &changes);
                 self.s.updates += vars.len() as u64;
                 self.s.metrics.profile.pull_s += started.elapsed().as_secs_f64();
                 LassoCommit {
@@ -471,5 +484,27 @@ impl Schedule<LassoApp> for LassoScheduling {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    /// With `balance = "dynamic"`, a deal round over the changed workers: joiners get the
+    /// coefficients with their rows. Nothing once the job is stopping.
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &crate::core::roster::Reshape,
+    ) -> Result<Option<Step<LassoTask>>, StradsModelError> {
+        if self.s.stopping {
+            return Ok(None);
+        }
+        let model = (self.committed.as_slice(), self.s.l1_after.len() as u64 - 1);
+        let dealer = self.dealer.as_mut();
+        let step = change_deal(dealer, round, change, model, |rows, join| LassoTask::Deal {
+            start: rows.start,
+            end: rows.end,
+            join,
+        })?;
+        // Like a balancing deal, it does not count toward `max_rounds`.
+        self.in_flight.push_back((round, InFlight::Deal));
+        Ok(Some(step))
     }
 }

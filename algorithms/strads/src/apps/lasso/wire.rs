@@ -28,7 +28,23 @@ pub enum LassoTask {
         start: u64,
         /// One past the last row.
         end: u64,
+        /// For a worker that joins with this deal: the model so far.
+        #[serde(default)]
+        join: Option<LassoJoin>,
     },
+}
+
+/// What a worker joining a running job takes with its first deal: the coefficients, summed
+/// from the commits' changes as every worker's whole design sums them (so its rows are
+/// rebuilt bit for bit as another worker would), and the number of commits they reflect
+/// (the others' count, which its answers then carry).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoJoin {
+    /// The coefficients.
+    #[serde(with = "f64_bytes")]
+    pub coefficients: Vec<f64>,
+    /// Commits applied.
+    pub applied: u64,
 }
 
 /// A worker's answer; `applied` is the number of commits its state reflects.

@@ -1,10 +1,10 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
-use super::dealing::{Fitted, WorkerDealing};
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy, check_vars};
 use crate::core::StradsModelError;
 use crate::core::app::{Push, decode_state, encode_state};
 use crate::core::lasso::LassoWorkerState;
+use crate::kit::dealing::{Fitted, WorkerDealing};
 use petrel_messages::tensor::f64_bytes;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -123,7 +123,12 @@ impl Push<LassoApp> for LassoWorker {
                     applied,
                 })
             }
-            LassoTask::Deal { start, end } => {
+            LassoTask::Deal { start, end, join } => {
+                if let Some(join) = join {
+                    self.dealing.join(&join.coefficients)?;
+                    self.applied[0] = join.applied;
+                }
+                let applied = self.applied(scheduler)?;
                 let whole = self.dealing.whole()?;
                 let block = whole.rows(*start as usize..*end as usize, Fitted::Residual)?;
                 let mut state = match whole.means() {
@@ -175,5 +180,9 @@ impl Push<LassoApp> for LassoWorker {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    fn holds_work(&self) -> bool {
+        self.state.n_rows() > 0
     }
 }

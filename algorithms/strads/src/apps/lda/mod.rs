@@ -10,18 +10,26 @@
 //! assignments; a final Collect round brings the blocks to the scheduler. For a seed the
 //! run gives exactly the counts of the serial driver [`crate::core::lda::LdaCluster`].
 //!
+//! With `balance = "dynamic"` the scheduler re-deals the documents between passes by each
+//! worker's measured sampling time per document ([`crate::core::balance::RowDealer`]): in a
+//! deal round each worker releases the documents it no longer owns, with their topic
+//! assignments, and the commit hands them to their new owners. The word-topic blocks and
+//! topic totals do not change, so every token keeps its topic and is sampled once a pass.
+//!
 //! Roles `strads-lda-scheduler` / `strads-lda-worker`, settings `[app.lda]`; outputs
 //! `topics.txt` (top words per topic), `topic_word.tsv` and `metrics.json`.
 
 use std::path::PathBuf;
 
+use crate::apps::lasso::Balance;
 use crate::core::app::{BlockId, RingApp, strads_app};
 use crate::error::StradsError;
+use crate::kit::dealing::Straggler;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
+use crate::core::lda::{MovedDoc, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use petrel_ml::data::Corpus;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{
@@ -98,6 +106,18 @@ pub struct LdaSettings {
     /// Continue from the newest valid checkpoint in --checkpoint-dir.
     #[arg(long)]
     pub resume: bool,
+    /// How documents are dealt to the workers: `static` (once, balanced by length) or
+    /// `dynamic` (re-dealt between passes by each worker's measured time per document;
+    /// a moved document takes its topic assignments along).
+    #[arg(long, value_enum, default_value_t = Balance::Static)]
+    pub balance: Balance,
+    /// Emulated slow worker (benches, tests): this worker's sampling takes
+    /// `straggler_factor` times as long.
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How many times as long the straggler's sampling takes.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
 }
 
 // Every default is written once, on its flag.
@@ -155,6 +175,13 @@ impl StradsSettings for LdaSettings {
         c.at_least("top_words", self.top_words, 1);
         c.at_least("timeout_s", self.timeout_s, 1);
         RoundCheckpointSettings::check_resume(&mut c, self.resume, &self.checkpoint_dir);
+        crate::kit::dealing::check_dealing(
+            &mut c,
+            self.balance,
+            self.straggler_factor,
+            &self.checkpoint_dir,
+            self.resume,
+        );
         c.finish()
     }
 
@@ -224,6 +251,15 @@ pub enum LdaTask {
         /// The block.
         block: usize,
     },
+    /// A re-deal (`balance = "dynamic"`, between passes): the worker now owns the
+    /// documents at positions `start..end` of [`deal_order`](crate::core::lda::deal_order)
+    /// and releases the others it holds; no block.
+    Deal {
+        /// First position.
+        start: u64,
+        /// One past the last.
+        end: u64,
+    },
 }
 
 /// Worker -> scheduler.
@@ -243,16 +279,24 @@ pub enum LdaPartial {
         snapshot: Option<WordTopicBlock>,
         /// Tokens sampled.
         tokens: u64,
+        /// Seconds the worker has spent sampling in all (what dynamic dealing measures).
+        #[serde(default)]
+        busy_s: f64,
     },
     /// The block (Collect).
     Collected(WordTopicBlock),
+    /// The documents the worker gave up in a deal round, with their topic assignments.
+    Released(Vec<MovedDoc>),
 }
 
 /// The summed topic totals, re-broadcast after every sub-round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LdaCommit {
-    /// The summed totals (`None` after the Collect round).
+    /// The summed totals (`None` after the Collect round and a deal round).
     pub topic_totals: Option<Vec<i64>>,
+    /// After a deal round: every released document; each worker takes those it now owns.
+    #[serde(default)]
+    pub moved: Vec<MovedDoc>,
 }
 
 strads_app!(LdaApp, "petrel.strads.lda", LdaTask, LdaPartial, LdaCommit);
@@ -266,6 +310,7 @@ impl RingApp for LdaApp {
             LdaTask::Init { block, .. }
             | LdaTask::Sample { block, .. }
             | LdaTask::Collect { block } => Some(*block as BlockId),
+            LdaTask::Deal { .. } => None,
         }
     }
 }
@@ -316,7 +361,19 @@ pub fn write_outputs(
 /// the held-out figures of that pass).
 pub fn lda_run_metrics(sched: &LdaScheduling, job: &LdaSettings) -> petrel_ml::job::RunMetrics {
     let (lda, heldout) = (sched.metrics(), sched.heldout_trace());
-    let mut m = petrel_ml::job::RunMetrics::new("lda", job, lda, lda.elapsed_s);
+    /// The run's figures and, with `balance = "dynamic"`, how the documents were dealt.
+    #[derive(Serialize)]
+    struct Details<'a> {
+        #[serde(flatten)]
+        lda: &'a petrel_ml::topic::LdaMetrics,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        balance: Option<crate::core::balance::RowDealing>,
+    }
+    let details = Details {
+        lda,
+        balance: sched.dealing(),
+    };
+    let mut m = petrel_ml::job::RunMetrics::new("lda", job, &details, lda.elapsed_s);
     for p in &lda.loglik {
         let mut values = vec![
             ("loglik_per_token", p.loglik_per_token),
@@ -354,7 +411,7 @@ impl StradsJob for LdaApp {
             &job.synthetic,
         )?;
         let layout = LdaLayout::new(&corpus, shape.workers);
-        let mut half = LdaScheduling::new(&corpus, &layout, job, shape.workers);
+        let mut half = LdaScheduling::new(&corpus, &layout, job, shape.workers)?;
         half.heldout = LdaHeldout::of(job, corpus.vocab_size)?;
         // A file: every value, as each worker's first pass digests it; a synthetic corpus
         // (drawn from the settings): its statistics.
@@ -374,7 +431,9 @@ impl StradsJob for LdaApp {
         let config = job.config(shape.workers);
         let digest = share.read.unwrap_or_else(|| share.stats.digest());
         let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
-            .with_snapshots(job.test_data.is_some());
+            .with_snapshots(job.test_data.is_some())
+            .with_dealing(job.balance == Balance::Dynamic, &layout)
+            .with_straggler(Straggler::of(job.straggler, job.straggler_factor, index));
         Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))
     }
 

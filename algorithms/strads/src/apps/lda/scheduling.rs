@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
+use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
-use crate::core::lda::WordTopicBlock;
+use crate::core::balance::{DealGate, RowDealer, RowDealing, deal_step};
+use crate::core::lda::{MovedDoc, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
 use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
@@ -112,12 +114,33 @@ pub struct LdaScheduling {
     /// The digest of the corpus it was built from (`CorpusStats::digest`), compared with
     /// the workers' before the first round.
     pub(super) data_digest: Option<u64>,
+    /// With `balance = "dynamic"`: the document dealer (units: documents in
+    /// [`deal_order`](crate::core::lda::deal_order)), and whether a deal round is out.
+    dealer: Option<RowDealer>,
+    dealing: bool,
 }
 
 impl LdaScheduling {
     /// The rotation of `corpus` under `layout` over `workers` workers.
-    pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaSettings, workers: usize) -> Self {
-        LdaScheduling {
+    pub fn new(
+        corpus: &Corpus,
+        layout: &LdaLayout,
+        job: &LdaSettings,
+        workers: usize,
+    ) -> Result<Self, StradsModelError> {
+        let dealer = match job.balance {
+            Balance::Static => None,
+            Balance::Dynamic => {
+                let mut shares = vec![0u64; workers];
+                for &w in &layout.docs.doc_worker {
+                    if let Some(s) = shares.get_mut(w as usize) {
+                        *s += 1;
+                    }
+                }
+                Some(RowDealer::from_shares(shares)?)
+            }
+        };
+        Ok(LdaScheduling {
             schedule: RotationSchedule { p: workers },
             blocks: vec![None; layout.vocabulary.block_words.len()],
             collected: false,
@@ -153,7 +176,40 @@ impl LdaScheduling {
             vocab: corpus.vocab.clone(),
             heldout: None,
             data_digest: None,
+            dealer,
+            dealing: false,
+        })
+    }
+
+    /// `metrics.json`'s `balance` (with `balance = "dynamic"`; its rows are documents).
+    pub fn dealing(&self) -> Option<RowDealing> {
+        self.dealer.as_ref().map(RowDealer::report)
+    }
+
+    /// A deal round's answers: the released documents, re-broadcast in the commit.
+    fn pull_deal(
+        &mut self,
+        partials: Vec<LdaPartial>,
+        now: f64,
+    ) -> Result<LdaCommit, StradsModelError> {
+        self.dealing = false;
+        let mut moved: Vec<MovedDoc> = Vec::new();
+        for (w, partial) in partials.into_iter().enumerate() {
+            let LdaPartial::Released(docs) = partial else {
+                return Err(StradsModelError::protocol(format!(
+                    "worker {w} answered a deal with something else"
+                )));
+            };
+            moved.extend(docs);
         }
+        if let Some(dealer) = &mut self.dealer {
+            dealer.pulled(now, true);
+        }
+        tracing::debug!(documents = moved.len(), "lda documents re-dealt");
+        Ok(LdaCommit {
+            topic_totals: None,
+            moved,
+        })
     }
 
     /// Held-out figures by pass (0 = the random initial assignments).
@@ -201,7 +257,7 @@ impl LdaScheduling {
 }
 
 impl Schedule<LdaApp> for LdaScheduling {
-    fn schedule(&mut self, _round: u64, in_flight: usize) -> Step<LdaTask> {
+    fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LdaTask> {
         if in_flight > 0 {
             return Step::Wait;
         }
@@ -211,6 +267,15 @@ impl Schedule<LdaApp> for LdaScheduling {
             }
             // Every rotation has P sub-rounds, so the blocks are back where they started.
             return self.schedule.plan(0, |_, block| LdaTask::Collect { block });
+        }
+        // Documents move only between passes, so every token is sampled once a pass.
+        let between_passes = self.s.t == 0 && self.s.pass >= 1;
+        if between_passes
+            && let Some(dealer) = &mut self.dealer
+            && let DealGate::Deal(ranges) = dealer.gate(round, false, true)
+        {
+            self.dealing = true;
+            return deal_step(ranges, |start, end| LdaTask::Deal { start, end });
         }
         let report = self.s.t + 1 == self.schedule.p;
         self.schedule.plan(self.s.t, |w, block| {
@@ -254,7 +319,13 @@ impl Schedule<LdaApp> for LdaScheduling {
             }
             self.s.metrics.block_bytes = block_bytes;
             self.collected = true;
-            return Ok(LdaCommit { topic_totals: None });
+            return Ok(LdaCommit {
+                topic_totals: None,
+                moved: Vec::new(),
+            });
+        }
+        if self.dealing {
+            return self.pull_deal(partials, elapsed.as_secs_f64());
         }
         let mut doc_ll = 0.0;
         let mut word_ll = vec![0.0; p];
@@ -268,6 +339,7 @@ impl Schedule<LdaApp> for LdaScheduling {
                 word_log_likelihood,
                 tokens,
                 snapshot,
+                busy_s,
             } = partial
             else {
                 return Err(StradsModelError::protocol(format!(
@@ -290,6 +362,9 @@ impl Schedule<LdaApp> for LdaScheduling {
                 reported += 1;
             }
             self.s.metrics.tokens_sampled += tokens;
+            if let Some(dealer) = &mut self.dealer {
+                dealer.observe(w, busy_s);
+            }
             if let Some(b) = snapshot {
                 if b.block != expected || b.word_ids.len() != b.rows.len() {
                     return Err(StradsModelError::protocol(format!(
@@ -301,6 +376,9 @@ impl Schedule<LdaApp> for LdaScheduling {
         }
         let now = elapsed.as_secs_f64();
         self.s.metrics.elapsed_s = now;
+        if let Some(dealer) = &mut self.dealer {
+            dealer.pulled(now, false);
+        }
         if reported == p {
             // Summed in block order, as over the whole table.
             let word: f64 = word_ll.iter().sum();
@@ -363,6 +441,7 @@ impl Schedule<LdaApp> for LdaScheduling {
         }
         Ok(LdaCommit {
             topic_totals: Some(self.s.topic_totals.clone()),
+            moved: Vec::new(),
         })
     }
 

@@ -6,7 +6,10 @@ use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
+use crate::kit::dealing::Straggler;
 use petrel_ml::topic::LdaConfig;
+use std::ops::Range;
+use std::time::Instant;
 
 /// Worker half.
 pub struct LdaWorkerApp {
@@ -14,9 +17,14 @@ pub struct LdaWorkerApp {
     vocabulary: VocabularyPartition,
     n_topics: usize,
     beta: f64,
-    tokens_per_block: Vec<u64>,
     /// Attach a copy of the block to every report (the scheduler scores a test set).
     snapshots: bool,
+    /// With `balance = "dynamic"`: every document's position in the deal order and the
+    /// positions this worker owns since the last deal.
+    dealing: Option<(Vec<u32>, Range<u64>)>,
+    straggler: Straggler,
+    /// Seconds spent sampling in all (the straggler's sleep included).
+    busy_s: f64,
 }
 
 impl LdaWorkerApp {
@@ -30,20 +38,57 @@ impl LdaWorkerApp {
         layout: &LdaLayout,
         config: &LdaConfig,
     ) -> Result<Self, StradsModelError> {
-        let mut tokens_per_block = vec![0u64; layout.vocabulary.block_words.len()];
-        for (_, doc) in &docs {
-            for &w in doc {
-                tokens_per_block[layout.vocabulary.word_block[w as usize] as usize] += 1;
-            }
-        }
         Ok(LdaWorkerApp {
             worker: LdaWorker::new(index, docs, &layout.vocabulary, config)?,
             vocabulary: layout.vocabulary.clone(),
             n_topics: config.n_topics,
             beta: config.beta,
-            tokens_per_block,
             snapshots: false,
+            dealing: None,
+            straggler: Straggler::default(),
+            busy_s: 0.0,
         })
+    }
+
+    /// With `dynamic`, takes part in re-deals: its documents start as the contiguous
+    /// range of [`deal_order`](crate::core::lda::deal_order) that the layout's static
+    /// split gives it.
+    pub fn with_dealing(mut self, dynamic: bool, layout: &LdaLayout) -> Self {
+        self.dealing = dynamic.then(|| {
+            let order = crate::core::lda::deal_order(&layout.docs.doc_worker);
+            let index = self.worker.worker as u32;
+            let before = layout.docs.doc_worker.iter().filter(|&&w| w < index);
+            let start = before.count() as u64;
+            let range = start..start + self.worker.doc_ids().len() as u64;
+            (order, range)
+        });
+        self
+    }
+
+    /// Its sampling is slowed as `straggler` says.
+    pub fn with_straggler(mut self, straggler: Straggler) -> Self {
+        self.straggler = straggler;
+        self
+    }
+
+    /// A deal round: owns positions `start..end` from now on and releases the rest.
+    fn deal(&mut self, start: u64, end: u64) -> Result<LdaPartial, StradsModelError> {
+        let (order, range) = self
+            .dealing
+            .as_mut()
+            .ok_or_else(|| StradsModelError::protocol("a deal to a worker of static dealing"))?;
+        if start > end || end > order.len() as u64 {
+            return Err(StradsModelError::protocol(format!(
+                "deal of documents {start}..{end} of {}",
+                order.len()
+            )));
+        }
+        *range = start..end;
+        let (order, range) = (&*order, &*range);
+        Ok(LdaPartial::Released(
+            self.worker
+                .release(|d| owns(order, range, d), &self.vocabulary),
+        ))
     }
 
     /// With `on`, every report (a block's last visit of a pass) carries a copy of the
@@ -53,6 +98,13 @@ impl LdaWorkerApp {
         self.snapshots = on;
         self
     }
+}
+
+/// Whether document `doc` is at a position of `range` in the deal order `order`.
+fn owns(order: &[u32], range: &Range<u64>, doc: u32) -> bool {
+    order
+        .get(doc as usize)
+        .is_some_and(|&p| range.contains(&u64::from(p)))
 }
 
 /// The blocks worker `index` holds before the first sub-round: its empty word-topic block.
@@ -83,12 +135,18 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                 report,
             } => (*block, *pass_to, *report),
             LdaTask::Collect { block } => (*block, 0, false),
+            LdaTask::Deal { start, end } => {
+                return Ok(RingOutput {
+                    partial: self.deal(*start, *end)?,
+                    block: BlockFate::Consumed,
+                });
+            }
         };
         let mut block = block.ok_or_else(|| {
             StradsModelError::protocol("no word-topic block for a task that needs one")
         })?;
         if block.block != expected
-            || block.block >= self.tokens_per_block.len()
+            || block.block >= self.vocabulary.block_words.len()
             || block.word_ids.len() != block.rows.len()
         {
             return Err(StradsModelError::protocol(format!(
@@ -117,10 +175,13 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                 0,
             )
         } else {
+            let started = Instant::now();
             self.worker.sample_block(&mut block, &self.vocabulary);
+            self.straggler.slow_down(started);
+            self.busy_s += started.elapsed().as_secs_f64();
             (
                 self.worker.take_totals_delta(),
-                self.tokens_per_block[block.block],
+                self.worker.tokens_in_block(block.block),
             )
         };
         let word_log_likelihood = report.then(|| block.log_likelihood_part(self.beta));
@@ -138,6 +199,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                 word_log_likelihood,
                 tokens,
                 snapshot,
+                busy_s: self.busy_s,
             },
             block: BlockFate::PassTo {
                 worker: pass_to,
@@ -150,6 +212,13 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         if let Some(totals) = &commit.topic_totals {
             crate::core::check_sizes(&[("topic totals", totals.len(), self.n_topics)])?;
             self.worker.set_topic_totals(totals);
+        }
+        if let Some((order, range)) = &self.dealing
+            && !commit.moved.is_empty()
+        {
+            let mine = commit.moved.iter().filter(|d| owns(order, range, d.id));
+            let mine = mine.cloned().collect();
+            self.worker.adopt(mine, &self.vocabulary)?;
         }
         Ok(())
     }

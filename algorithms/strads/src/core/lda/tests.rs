@@ -82,10 +82,9 @@ fn corpus() -> Corpus {
     .corpus
 }
 
-#[test]
-fn invariants_hold_after_every_sub_round() {
+/// Five topics over three workers: the corpus's word frequencies and the cluster.
+fn three_workers() -> (Vec<usize>, LdaCluster) {
     let corpus = corpus();
-    let freq = corpus.word_frequencies();
     let config = LdaConfig {
         n_topics: 5,
         alpha: 0.1,
@@ -94,7 +93,13 @@ fn invariants_hold_after_every_sub_round() {
         iterations: 0,
         seed: 1,
     };
-    let mut cluster = LdaCluster::new(&corpus, &config).unwrap();
+    let cluster = LdaCluster::new(&corpus, &config).unwrap();
+    (corpus.word_frequencies(), cluster)
+}
+
+#[test]
+fn invariants_hold_after_every_sub_round() {
+    let (freq, mut cluster) = three_workers();
     cluster.check_invariants(&freq).unwrap();
     for _ in 0..3 {
         for t in 0..3 {
@@ -154,4 +159,57 @@ pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, StradsMode
         log_likelihood_per_token,
         topic_word: cluster.topic_word_distributions(),
     })
+}
+
+#[test]
+fn moved_documents_keep_every_count_and_take_their_tokens_along() {
+    let (freq, mut cluster) = three_workers();
+    cluster.iteration();
+    let tokens =
+        |c: &LdaCluster, w: usize| -> u64 { (0..3).map(|b| c.workers[w].tokens_in_block(b)).sum() };
+    let before: Vec<u64> = (0..3).map(|w| tokens(&cluster, w)).collect();
+    // Worker 0 gives up every other document; worker 2 takes them.
+    let kept: Vec<u32> = cluster.workers[0]
+        .doc_ids()
+        .iter()
+        .copied()
+        .step_by(2)
+        .collect();
+    let vocabulary = cluster.vocabulary.clone();
+    let moved = cluster.workers[0].release(|d| kept.contains(&d), &vocabulary);
+    assert!(!moved.is_empty());
+    assert!(moved.iter().all(|d| !kept.contains(&d.id)));
+    let moved_tokens: u64 = moved.iter().map(|d| d.words.len() as u64).sum();
+    cluster.workers[2].adopt(moved, &vocabulary).unwrap();
+    assert_eq!(tokens(&cluster, 0), before[0] - moved_tokens);
+    assert_eq!(tokens(&cluster, 2), before[2] + moved_tokens);
+    cluster.check_invariants(&freq).unwrap();
+    for _ in 0..2 {
+        cluster.iteration();
+        cluster.check_invariants(&freq).unwrap();
+    }
+    let bad = MovedDoc {
+        id: 0,
+        words: vec![0, 1],
+        topics: vec![0],
+    };
+    assert!(cluster.workers[1].adopt(vec![bad], &vocabulary).is_err());
+}
+
+#[test]
+fn the_deal_order_makes_each_static_share_one_range() {
+    let doc_worker = [1, 0, 2, 0, 1, 2, 0];
+    let order = deal_order(&doc_worker);
+    assert_eq!(order, vec![3, 0, 5, 1, 4, 6, 2]);
+    for w in 0..3u32 {
+        let mut positions: Vec<u32> = (0..7)
+            .filter(|&d| doc_worker[d] == w)
+            .map(|d| order[d])
+            .collect();
+        positions.sort();
+        assert!(
+            positions.windows(2).all(|p| p[1] == p[0] + 1),
+            "{positions:?}"
+        );
+    }
 }

@@ -29,15 +29,16 @@ impl std::fmt::Display for LassoSolver {
     }
 }
 
-/// How the scheduled solver (Lasso, logistic) deals its rows to the workers (`balance`, `--balance`).
+/// How a job deals its work to the workers (`balance`, `--balance`): the scheduled
+/// solver's rows (Lasso, logistic), LDA's documents.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Balance {
-    /// Once, in equal row blocks.
+    /// Once (equal row blocks; LDA: documents balanced by length).
     #[default]
     Static,
     /// Re-dealt between rounds so that the workers' rounds finish together, by each
-    /// worker's measured time per row ([`crate::core::balance::LoadBalancer`]).
+    /// worker's measured time per row or document ([`crate::core::balance::LoadBalancer`]).
     Dynamic,
 }
 

@@ -68,6 +68,7 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
     index: usize,
 ) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(LassoApp::SECTION)?;
+    crate::apps::lasso::check_membership(&ctx, &job, &super::scheduler_role_name(index))?;
     let nodes: Vec<(String, Vec<String>)> = ctx
         .settings
         .nodes

@@ -1,0 +1,167 @@
+//! The scheduler's worker list in a cluster whose members change: joiners announce
+//! themselves once their worker half is ready, leavers once they were asked to leave, and
+//! at a round boundary with nothing in flight the scheduler turns the announcements into
+//! one [`Reshape`]: the workers that stay (in their order, joiners after them), and the
+//! leavers, who are dealt nothing in that round and then drop out.
+
+use std::collections::BTreeSet;
+
+/// The workers of a running job and the announced changes not applied yet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Roster {
+    workers: Vec<String>,
+    joining: BTreeSet<String>,
+    leaving: BTreeSet<String>,
+}
+
+/// A change of the worker list, applied by one round dealt to `dealt`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reshape {
+    /// Who gets the change's round: the staying workers, then the leavers.
+    pub dealt: Vec<String>,
+    /// How many of `dealt` (the first ones) stay after it.
+    pub staying: usize,
+    /// Which of `dealt` joined with this change (they need the model so far).
+    pub joined: Vec<bool>,
+}
+
+impl Reshape {
+    /// The workers after the change.
+    pub fn staying(&self) -> &[String] {
+        &self.dealt[..self.staying]
+    }
+
+    /// The workers that leave with this change.
+    pub fn leaving(&self) -> &[String] {
+        &self.dealt[self.staying..]
+    }
+
+    /// The workers that join with this change.
+    pub fn joining(&self) -> Vec<&str> {
+        self.dealt
+            .iter()
+            .zip(&self.joined)
+            .filter(|(_, j)| **j)
+            .map(|(w, _)| w.as_str())
+            .collect()
+    }
+}
+
+impl Roster {
+    /// The job's starting workers, in worker order.
+    pub fn new(workers: Vec<String>) -> Self {
+        Roster {
+            workers,
+            ..Roster::default()
+        }
+    }
+
+    /// The workers now, in worker order.
+    pub fn workers(&self) -> &[String] {
+        &self.workers
+    }
+
+    /// `worker` announced it is ready to join (`leaving = false`) or asked to leave.
+    pub fn announce(&mut self, worker: String, leaving: bool) {
+        if leaving {
+            self.joining.remove(&worker);
+            if self.workers.contains(&worker) {
+                self.leaving.insert(worker);
+            }
+        } else if !self.workers.contains(&worker) {
+            self.joining.insert(worker);
+        }
+    }
+
+    /// Whether a change waits for the next round boundary with nothing in flight.
+    pub fn pending(&self) -> bool {
+        !self.joining.is_empty() || !self.leaving.is_empty()
+    }
+
+    /// The change to make now, or none. A leave that would leave no worker waits for a
+    /// joiner. Joiners that are no longer `members` (they left again) are dropped.
+    pub fn reshape(&mut self, members: &[String]) -> Option<Reshape> {
+        self.joining.retain(|w| members.contains(w));
+        if !self.pending() {
+            return None;
+        }
+        let (mut stay, leave): (Vec<String>, Vec<String>) = self
+            .workers
+            .iter()
+            .cloned()
+            .partition(|w| !self.leaving.contains(w));
+        let kept = stay.len();
+        stay.extend(self.joining.iter().cloned());
+        if stay.is_empty() {
+            return None;
+        }
+        let staying = stay.len();
+        let joined = (0..staying + leave.len())
+            .map(|i| (kept..staying).contains(&i))
+            .collect();
+        stay.extend(leave);
+        Some(Reshape {
+            dealt: stay,
+            staying,
+            joined,
+        })
+    }
+
+    /// The change's round committed: its staying workers are the workers now.
+    pub fn adopt(&mut self, change: &Reshape) {
+        self.workers = change.staying().to_vec();
+        for w in change.dealt.iter() {
+            self.joining.remove(w);
+            self.leaving.remove(w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_join_and_a_leave_become_one_change_with_the_leaver_dealt_last() {
+        let mut r = Roster::new(names(&["w0", "w1"]));
+        assert!(!r.pending());
+        assert_eq!(r.reshape(&names(&["w0", "w1"])), None);
+        r.announce("w2".into(), false);
+        r.announce("w0".into(), true);
+        let change = r.reshape(&names(&["w0", "w1", "w2"])).unwrap();
+        assert_eq!(change.dealt, names(&["w1", "w2", "w0"]));
+        assert_eq!(change.staying(), names(&["w1", "w2"]).as_slice());
+        assert_eq!(change.leaving(), names(&["w0"]).as_slice());
+        assert_eq!(change.joining(), vec!["w2"]);
+        r.adopt(&change);
+        assert_eq!(r.workers(), names(&["w1", "w2"]).as_slice());
+        assert!(!r.pending());
+    }
+
+    #[test]
+    fn the_last_worker_waits_for_a_joiner_and_stale_announcements_are_dropped() {
+        let mut r = Roster::new(names(&["w0"]));
+        r.announce("w0".into(), true);
+        assert_eq!(r.reshape(&names(&["w0"])), None);
+        assert!(r.pending());
+        // A joiner that left again before the boundary is not dealt anything.
+        r.announce("w5".into(), false);
+        r.announce("w1".into(), false);
+        let change = r.reshape(&names(&["w0", "w1"])).unwrap();
+        assert_eq!(change.dealt, names(&["w1", "w0"]));
+        assert_eq!(change.joined, vec![true, false]);
+        // A leave of a node that is not a worker changes nothing.
+        let mut r = Roster::new(names(&["w0"]));
+        r.announce("w9".into(), true);
+        assert!(!r.pending());
+        // A joiner announced twice joins once.
+        r.announce("w1".into(), false);
+        r.announce("w1".into(), false);
+        let change = r.reshape(&names(&["w0", "w1"])).unwrap();
+        assert_eq!(change.dealt, names(&["w0", "w1"]));
+    }
+}

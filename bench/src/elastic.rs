@@ -1,0 +1,301 @@
+//! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
+//! job (the scheduled Lasso and logistic regression with dynamic dealing), each run once
+//! with a fixed membership and once with a standby worker joining and a worker leaving
+//! (`--plan`), on the same synthetic design: whether the final model is the same
+//! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
+//! time each change cost (`seconds_lost_per_change` = (elastic - fixed) / changes), node
+//! processes left behind (`orphans`, with `--transport processes`) and runs that did not
+//! end within `--max-seconds` (`hangs`). The apps that keep a fixed membership are listed
+//! in `fixed_membership`.
+
+use petrel::CliError;
+use petrel::train::{Membership, run_job_with};
+use petrel_actors::JobTransport;
+use petrel_strads::apps::lasso::metrics::RowDealing;
+use petrel_strads::apps::lasso::{Balance, LassoApp, LassoSettings, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::logistic::LogisticApp;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ElasticBenchArgs {
+    /// A small design and few rounds (tests).
+    #[arg(long)]
+    pub quick: bool,
+    /// Rows of the sparse synthetic design (`--quick`: 300).
+    #[arg(long, default_value_t = 20_000)]
+    pub n_samples: usize,
+    /// Features (`--quick`: 300).
+    #[arg(long, default_value_t = 2000)]
+    pub n_features: usize,
+    /// Starting workers (one more is standby).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Coordinates per round (`--quick`: 8).
+    #[arg(long, default_value_t = 32)]
+    pub block_size: usize,
+    /// Rounds of each run (`--quick`: 1500).
+    #[arg(long, default_value_t = 4000)]
+    pub rounds: u64,
+    /// The membership plan of the elastic runs (`w<workers>` is the standby worker;
+    /// `--quick` with this default: `at=200ms add w2; at=700ms remove w0`).
+    #[arg(long, default_value = PLAN)]
+    pub plan: String,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Processes)]
+    pub transport: JobTransport,
+    /// A run not done after this long counts as a hang.
+    #[arg(long, default_value_t = 600)]
+    pub max_seconds: u64,
+    #[arg(long, default_value = "target/bench-elastic")]
+    pub out: PathBuf,
+}
+
+const PLAN: &str = "at=1s add w2; at=2s remove w0";
+
+/// One app, fixed membership against a join and a leave.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppFigures {
+    pub app: String,
+    /// Joins and leaves the elastic run made.
+    pub changes: u64,
+    /// The final coefficients are the fixed run's bit for bit.
+    pub identical: Option<bool>,
+    /// The final objectives agree to 1e-6 relative.
+    pub within_tolerance: bool,
+    pub objective_rel_diff: f64,
+    pub fixed_s: f64,
+    pub elastic_s: f64,
+    pub seconds_lost_per_change: f64,
+    /// Node processes still alive after the run.
+    pub orphans: usize,
+    /// Runs that did not end within `max_seconds`.
+    pub hangs: usize,
+    /// Rows per worker after the last change.
+    pub rows: Vec<u64>,
+}
+
+/// The JSON line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ElasticFigures {
+    pub bench: String,
+    pub quick: bool,
+    pub n_samples: usize,
+    pub n_features: usize,
+    pub workers: usize,
+    pub rounds: u64,
+    pub plan: String,
+    pub transport: String,
+    pub apps: Vec<AppFigures>,
+    /// Built-in apps that keep a fixed membership.
+    pub fixed_membership: Vec<String>,
+}
+
+impl ElasticBenchArgs {
+    fn sized(&self) -> ElasticBenchArgs {
+        if !self.quick {
+            return self.clone();
+        }
+        ElasticBenchArgs {
+            n_samples: 300,
+            n_features: 300,
+            block_size: 8,
+            rounds: 1500,
+            plan: match self.plan.as_str() {
+                PLAN => "at=200ms add w2; at=700ms remove w0".into(),
+                other => other.into(),
+            },
+            ..self.clone()
+        }
+    }
+
+    /// The scheduled `app`'s job with dynamic dealing, run to `rounds`, into `out/<app>/<run>`.
+    fn job(&self, app: &str, run: &str) -> LassoSettings {
+        LassoSettings {
+            synthetic: SyntheticLasso {
+                n_samples: self.n_samples,
+                n_features: self.n_features,
+                ..SyntheticLasso::default()
+            },
+            solver: LassoSolver::Scheduled,
+            block_size: self.block_size,
+            candidate_pool: self.block_size * 4,
+            max_rounds: self.rounds,
+            gap_tolerance: Some(0.0),
+            balance: Balance::Dynamic,
+            out_dir: Some(self.out.join(app).join(run)),
+            ..LassoSettings::default()
+        }
+    }
+}
+
+/// What the comparison reads of one run.
+struct Run {
+    elapsed_s: f64,
+    objective: f64,
+    coefficients: Vec<f32>,
+    balance: Option<RowDealing>,
+}
+
+/// Runs `app` with `membership` on a thread; `None` if it did not end in `max_seconds`.
+fn run_app(
+    args: &ElasticBenchArgs,
+    app: &str,
+    membership: Membership,
+) -> Result<Option<Run>, CliError> {
+    let run = if membership == Membership::default() {
+        "fixed"
+    } else {
+        "elastic"
+    };
+    let job = args.job(app, run);
+    let (workers, transport) = (args.workers, args.transport);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let app_name = app.to_string();
+    let thread_job = job.clone();
+    std::thread::spawn(move || {
+        let job = thread_job;
+        let result = match app_name.as_str() {
+            "lasso" => run_job_with::<LassoApp>(&job, workers, transport, &membership)
+                .map(|m| (m.elapsed_s, m.final_objective, m.balance)),
+            _ => run_job_with::<LogisticApp>(&job, workers, transport, &membership)
+                .map(|m| (m.elapsed_s, m.final_objective, m.balance)),
+        };
+        let _ = tx.send(result);
+    });
+    let Ok(result) = rx.recv_timeout(Duration::from_secs(args.max_seconds)) else {
+        tracing::warn!(app, run, "run did not end in time: a hang");
+        return Ok(None);
+    };
+    let (elapsed_s, objective, balance) = result?;
+    let dir = job.out_dir.unwrap_or_default();
+    let coefficients = read_coefficients(&dir.join("coefficients.tsv"))?;
+    tracing::info!(app, run, seconds = elapsed_s, "elastic bench run");
+    Ok(Some(Run {
+        elapsed_s,
+        objective,
+        coefficients,
+        balance,
+    }))
+}
+
+/// The values of a `coefficients.tsv` (the last column of each line).
+fn read_coefficients(path: &std::path::Path) -> Result<Vec<f32>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(CliError::io(path))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split('\t').next_back()?.trim().parse::<f32>().ok())
+        .collect())
+}
+
+/// Child processes of this one still alive (the launcher's nodes, after a run).
+fn orphans() -> usize {
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // `pid (comm) state ppid ...`: after the command's closing parenthesis.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            fields.get(1) == Some(&me.as_str()) && !matches!(fields.first(), Some(&"Z" | &"X"))
+        })
+        .count()
+}
+
+/// `app` with a fixed membership against a join and a leave.
+fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
+    let fixed = run_app(args, app, Membership::default())?;
+    let membership = Membership {
+        standby_workers: 1,
+        scale: Some(args.plan.clone()),
+    };
+    let elastic = run_app(args, app, membership)?;
+    let orphans = orphans();
+    let hangs = usize::from(fixed.is_none()) + usize::from(elastic.is_none());
+    let (Some(fixed), Some(elastic)) = (fixed, elastic) else {
+        return Ok(AppFigures {
+            app: app.into(),
+            changes: 0,
+            identical: None,
+            within_tolerance: false,
+            objective_rel_diff: f64::NAN,
+            fixed_s: f64::NAN,
+            elastic_s: f64::NAN,
+            seconds_lost_per_change: f64::NAN,
+            orphans,
+            hangs,
+            rows: Vec::new(),
+        });
+    };
+    let dealing = elastic.balance.unwrap_or_default();
+    let changes: u64 = dealing
+        .changes
+        .iter()
+        .map(|c| (c.joined.len() + c.left.len()) as u64)
+        .sum();
+    let diff = (elastic.objective - fixed.objective).abs() / fixed.objective.abs();
+    let identical = fixed.coefficients.len() == elastic.coefficients.len()
+        && (fixed.coefficients.iter())
+            .zip(&elastic.coefficients)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+    Ok(AppFigures {
+        app: app.into(),
+        changes,
+        identical: Some(identical),
+        within_tolerance: diff <= 1e-6,
+        objective_rel_diff: diff,
+        fixed_s: fixed.elapsed_s,
+        elastic_s: elastic.elapsed_s,
+        seconds_lost_per_change: (elastic.elapsed_s - fixed.elapsed_s) / changes.max(1) as f64,
+        orphans,
+        hangs,
+        rows: dealing.rows,
+    })
+}
+
+/// Runs the comparison and returns its figures (the table is printed on the way).
+pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
+    let args = args.sized();
+    let out = petrel::train::plot::absolute(&args.out)?;
+    let args = ElasticBenchArgs { out, ..args };
+    let apps = ["lasso", "logistic"]
+        .into_iter()
+        .map(|app| compare(&args, app))
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys = "app changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
+                seconds_lost_per_change orphans hangs rows";
+    crate::common::json_table(&apps, keys).print();
+    let fixed_membership = [
+        "ps-mf",
+        "ps-lr",
+        "ps-lda",
+        "strads-mf",
+        "lda",
+        "p3",
+        "lasso (gauss-seidel)",
+        "logistic (gauss-seidel)",
+    ];
+    Ok(ElasticFigures {
+        bench: "elastic".into(),
+        quick: args.quick,
+        n_samples: args.n_samples,
+        n_features: args.n_features,
+        workers: args.workers,
+        rounds: args.rounds,
+        plan: args.plan.clone(),
+        transport: format!("{:?}", args.transport).to_lowercase(),
+        apps,
+        fixed_membership: fixed_membership.map(String::from).to_vec(),
+    })
+}
+
+pub fn run(args: ElasticBenchArgs) -> Result<(), CliError> {
+    crate::scale::print_figures(&measure(&args)?)
+}

@@ -1,0 +1,144 @@
+//! The scheduled Lasso with dynamic dealing survives a standby worker joining and a worker
+//! leaving mid-run (`petrel train lasso --standby-workers 1 --scale ...`), on threads and
+//! on processes: the same objective as the fixed-membership run to 1e-6, the join and the
+//! leave in `metrics.json`, no node process left behind; so does logistic regression,
+//! which shares the dealing. Apps that keep a fixed membership refuse the flags.
+
+use crate::common::{alive, children_of, metrics, petrel_cmd};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+const JOB: &str = "--solver scheduled --balance dynamic --synthetic-samples 300 \
+                   --synthetic-features 300 --block-size 8 --candidate-pool 32 --workers 2";
+
+/// The Lasso stops on a duality gap of 1e-6 relative, which bounds its distance to the
+/// optimum; the scheduled logistic regression has no convergence test, so it runs long
+/// enough for its objective to settle.
+fn stop(app: &str) -> &'static str {
+    match app {
+        "lasso" => "--eval-every 50 --gap-tolerance 1e-6 --max-rounds 20000",
+        _ => "--max-rounds 3000",
+    }
+}
+
+/// `w2` joins after 200 ms, `w0` is asked to leave after 700 ms (from the cluster forming);
+/// the run takes a few seconds in a debug build.
+const PLAN: &str = "at=200ms add w2; at=700ms remove w0";
+
+/// `petrel train lasso` with `args` into `out`; returns its `metrics.json` and every
+/// process the launcher started (polled while it ran).
+fn train(
+    app: &str,
+    out: &Path,
+    transport: &str,
+    args: &[&str],
+) -> (serde_json::Value, BTreeSet<u32>) {
+    let mut child = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+        .args(["--transport", transport])
+        .args(JOB.split_whitespace())
+        .args(stop(app).split_whitespace())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut nodes = BTreeSet::new();
+    let status = loop {
+        nodes.extend(children_of(child.id()));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "petrel train {app} {args:?}: {status}");
+    (metrics(out), nodes)
+}
+
+/// The run's changes: `w2` joined, then `w0` left mid-run, and the rows end on `w1, w2`.
+fn assert_join_and_leave(m: &serde_json::Value) {
+    let changes = m["balance"]["changes"].as_array().unwrap();
+    let names = |c: &serde_json::Value, key: &str| -> Vec<String> {
+        serde_json::from_value(c[key].clone()).unwrap()
+    };
+    let joined = changes.iter().position(|c| names(c, "joined") == ["w2"]);
+    let left = changes.iter().position(|c| names(c, "left") == ["w0"]);
+    let (Some(joined), Some(left)) = (joined, left) else {
+        panic!("no join of w2 and leave of w0: {changes:?}");
+    };
+    assert!(joined <= left, "{changes:?}");
+    let left_round = changes[left]["round"].as_u64().unwrap();
+    assert!(
+        left_round > 0 && left_round < m["rounds"].as_u64().unwrap(),
+        "w0 did not leave mid-run: {changes:?}"
+    );
+    let last = changes.last().unwrap();
+    assert_eq!(names(last, "workers"), ["w1", "w2"]);
+    let rows: Vec<u64> = serde_json::from_value(m["balance"]["rows"].clone()).unwrap();
+    assert_eq!((rows.len(), rows.iter().sum::<u64>()), (2, 300), "{rows:?}");
+}
+
+#[test]
+fn the_scheduled_lasso_survives_a_join_and_a_leave_on_threads_and_processes() {
+    survives_a_join_and_a_leave("lasso", &["memory", "processes"]);
+}
+
+#[test]
+fn scheduled_logistic_regression_survives_a_join_and_a_leave() {
+    survives_a_join_and_a_leave("logistic", &["memory"]);
+}
+
+/// App `app` with a join and a leave on each of `transports` against its fixed run.
+fn survives_a_join_and_a_leave(app: &str, transports: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, _) = train(app, &dir.path().join("fixed"), "memory", &[]);
+    assert!(fixed["balance"].get("changes").is_none(), "{fixed}");
+    let objective = fixed["final_objective"].as_f64().unwrap();
+    for &transport in transports {
+        let out = dir.path().join(transport);
+        let args = ["--standby-workers", "1", "--scale", PLAN];
+        let (m, nodes) = train(app, &out, transport, &args);
+        assert_join_and_leave(&m);
+        let elastic = m["final_objective"].as_f64().unwrap();
+        assert!(
+            (elastic - objective).abs() <= 1e-6 * objective.abs(),
+            "{app} {transport}: objective {elastic} against {objective} with a fixed membership"
+        );
+        if transport == "processes" {
+            // The scheduler, w0, w1 and the joiner w2.
+            assert!(nodes.len() >= 4, "node processes seen: {nodes:?}");
+        }
+        let left: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+        assert!(left.is_empty(), "{transport}: orphans {left:?}");
+    }
+}
+
+#[test]
+fn apps_and_solvers_that_keep_a_fixed_membership_refuse_joins_and_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    for (app, args) in [
+        (
+            "lasso",
+            "--solver gauss-seidel --workers 2 --transport memory",
+        ),
+        ("lasso", "--solver scheduled --workers 2 --transport memory"),
+        (
+            "logistic",
+            "--solver gauss-seidel --workers 2 --transport memory",
+        ),
+        ("lda", "--workers 2 --transport memory"),
+    ] {
+        let out = dir.path().join(app);
+        let output = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+            .args(args.split_whitespace())
+            .args(["--standby-workers", "1", "--scale", PLAN])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{app} {args}: ran");
+        assert!(
+            stderr.contains("keeps a fixed membership"),
+            "{app} {args}: {stderr}"
+        );
+    }
+}
