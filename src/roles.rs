@@ -17,7 +17,6 @@ pub fn builtin(settings: Settings) -> Cluster {
     cluster = crate::demo::register(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
-    cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     cluster = petrel_p3::roles::register(cluster);
     cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
@@ -28,6 +27,8 @@ pub fn builtin(settings: Settings) -> Cluster {
     // start.
     cluster = petrel_strads::apps::lasso::register(cluster);
     cluster = petrel_strads::apps::logistic::register(cluster);
+    // And ps-lr: its workers join and leave (ps-lr checks its own settings as it starts).
+    cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     match EXTRA.get() {
         Some(register) => register(cluster),
         None => cluster,

@@ -726,21 +726,18 @@ where
 {
     let value = section_value(&args.config)?;
     let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
-    let settings = petrel_ps::kit::local_topology_with(
-        A::BUILTIN_ROLES,
-        A::NAME,
-        args.shards,
-        args.workers,
-        petrel_actors::Transport::Quic,
-    )
-    .with(|s| {
-        A::tune_local(s);
-        s.app.insert(A::SECTION.into(), value);
-        if let Some(t) = timeout_s {
-            s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
-        }
-    })
-    .build()?;
+    let quic = petrel_actors::Transport::Quic;
+    let settings = (args.topology(A::BUILTIN_ROLES, A::NAME, quic))
+        .with(|s| {
+            A::tune_local(s);
+            s.app.insert(A::SECTION.into(), value);
+            if let Some(t) = timeout_s {
+                s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
+            }
+        })
+        .build()?;
+    // Refused here, not in every node process.
+    petrel_ps::kit::check_membership::<A>(&settings, &args.config)?;
     run_cluster(
         settings,
         JobTransport::Processes,

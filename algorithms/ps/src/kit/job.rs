@@ -7,6 +7,7 @@ use petrel_actors::{Cluster, NodeContext, Settings};
 
 use crate::core::checkpoint::Piece;
 use crate::core::shard::{PsShardCore, not_checkpointable};
+use crate::core::types::WorkerId;
 use crate::error::PsError;
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
 use crate::shells::{self, PsLayout};
@@ -26,6 +27,8 @@ pub struct PsJob<A: PsApp> {
     pub roles: PsRoles,
     /// Where and how often it checkpoints ([`PsApp::checkpointing`]).
     pub checkpointing: Option<PsCheckpointing>,
+    /// Workers of standby nodes: absent until they join.
+    pub standby: Vec<u32>,
     /// The checkpoint it resumes from, once loaded.
     pub(crate) resumed: Mutex<Option<Arc<crate::checkpoint::JobCheckpoint>>>,
     /// Filled by the monitor when the run ends (in-process callers read it).
@@ -66,7 +69,14 @@ impl<A: PsApp> PsJob<A> {
                 found: monitors.len(),
             });
         };
+        check_membership::<A>(settings, &cfg)?;
         let checkpointing = A::checkpointing(&cfg)?;
+        let standby = (0..layout.n_workers())
+            .filter(|&w| {
+                let name = &layout.worker_nodes[w as usize];
+                settings.nodes.iter().any(|n| n.standby && &n.name == name)
+            })
+            .collect();
         let app = A::new(cfg, &layout)?;
         if checkpointing.as_ref().is_some_and(|c| c.every > 0)
             && let Some(reason) = not_checkpointable(&app.tables())
@@ -82,6 +92,7 @@ impl<A: PsApp> PsJob<A> {
             monitor_node: monitor_node.clone(),
             roles,
             checkpointing,
+            standby,
             resumed: Mutex::new(None),
             result: Mutex::new(None),
         })
@@ -104,6 +115,26 @@ impl<A: PsApp> PsJob<A> {
     }
 }
 
+/// Refuses workers that join or leave (`settings` allow membership changes) for
+/// an app that keeps a fixed membership, or with checkpoints, whose pieces are one per
+/// worker of a fixed set.
+pub fn check_membership<A: PsApp>(settings: &Settings, cfg: &A::Config) -> Result<(), PsError> {
+    if !settings.allows_membership_changes() {
+        return Ok(());
+    }
+    let reason = if !A::ELASTIC {
+        "its workers are fixed at the start: standby workers and a scale plan are for ps-lr"
+    } else if A::checkpointing(cfg)?.is_some_and(|c| c.every > 0) {
+        "checkpoints and workers that join or leave do not mix: set checkpoint_every = 0"
+    } else {
+        return Ok(());
+    };
+    Err(PsError::InvalidConfig {
+        app: A::NAME,
+        reason: reason.into(),
+    })
+}
+
 /// The shard role: serves this node's shards until every worker left.
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
     let server_push = job.app.server_push();
@@ -124,6 +155,8 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
         if let Some(cfg) = server_push {
             core.enable_server_push(cfg);
         }
+        let absent: Vec<WorkerId> = job.standby.iter().map(|&w| WorkerId(w)).collect();
+        core.set_absent(&absent)?;
         core.enable_eval_cuts(job.app.eval_every());
         let mut on_checkpoint: Option<shells::OnCheckpoint> = None;
         if let Some((dir, every)) = job.writing() {
