@@ -123,7 +123,7 @@ pub fn check_membership<A: PsApp>(settings: &Settings, cfg: &A::Config) -> Resul
         return Ok(());
     }
     let reason = if !A::ELASTIC {
-        "its workers are fixed at the start: standby workers and a scale plan are for ps-lr"
+        "its workers are fixed at the start: standby workers and a scale plan are for ps-mf and ps-lr"
     } else if A::checkpointing(cfg)?.is_some_and(|c| c.every > 0) {
         "checkpoints and workers that join or leave do not mix: set checkpoint_every = 0"
     } else {
