@@ -704,15 +704,28 @@ where
             if let Some(files) = <A as TrainApp>::ps_checkpoints(&mut args.config) {
                 files.resume |= resume;
             }
-            match args.transport {
-                JobTransport::Processes => run_ps_processes::<A>(&args, &out_dir),
-                _ => Ok(petrel_ps::train::<A>(args)?),
-            }
+            run_ps::<A>(args, &out_dir)
         },
     )?;
     drop(progress);
     println!("{summary}\n{}", stop_line(out.as_deref())?);
     Ok(())
+}
+
+/// Runs a PS app once on its transport: threads of this process, or node processes (run
+/// files in `<out>/run`); returns the summary line.
+pub fn run_ps<A>(
+    args: petrel_ps::PsTrainArgs<<A as PsApp>::Config>,
+    out: &Path,
+) -> Result<String, CliError>
+where
+    A: PsApp,
+    <A as PsApp>::Config: serde::Serialize,
+{
+    match args.transport {
+        JobTransport::Processes => run_ps_processes::<A>(&args, out),
+        _ => Ok(petrel_ps::train::<A>(args)?),
+    }
 }
 
 /// Runs a PS app as node processes (run files in `<out>/run`); returns the summary line.
