@@ -4,7 +4,7 @@
 //! `metrics.json`, no node process left behind. ps-lda, which keeps a fixed membership,
 //! refuses the flags, and so do checkpoints.
 
-use crate::common::{alive, children_of, metrics, petrel_cmd};
+use crate::common::{alive, children_of, failure, metrics, petrel_cmd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -123,32 +123,17 @@ fn survives_a_join_and_a_leave(app: &str) {
 #[test]
 fn ps_lda_and_checkpoints_refuse_joins_and_leaves() {
     let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_string_lossy();
     for (app, args, why) in [
-        (
-            "ps-lda",
-            "--transport memory",
-            "workers are fixed at the start",
-        ),
-        (
-            "ps-lda",
-            "--transport processes",
-            "workers are fixed at the start",
-        ),
-        ("ps-mf", "--transport processes", "do not mix"),
-        (
-            "ps-lr",
-            "--transport memory --checkpoint-every 10",
-            "do not mix",
-        ),
+        ("ps-lda", "memory", "workers are fixed at the start"),
+        ("ps-lda", "processes", "workers are fixed at the start"),
+        ("ps-mf", "processes", "do not mix"),
+        ("ps-lr", "memory --checkpoint-every 10", "do not mix"),
     ] {
-        let out = dir.path().join(app);
-        let output = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
-            .args(args.split_whitespace())
-            .args(["--standby-workers", "1", "--scale", PLAN])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{app} {args}: ran");
+        let mut all = vec!["train", app, "--out", &out, "--scale", PLAN, "--transport"];
+        all.extend(args.split(' '));
+        all.extend(["--standby-workers", "1"]);
+        let stderr = failure(&all);
         assert!(stderr.contains(why), "{app} {args}: {stderr}");
     }
 }
