@@ -72,6 +72,14 @@ fn ps_lr_survives_a_join_and_a_leave_on_threads_and_processes() {
 }
 
 #[test]
+fn a_standby_ps_worker_that_never_starts_is_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = train("ps-lr", dir.path(), "memory", &["--standby-workers", "1"]);
+    assert!(m.get("changes").is_none(), "{m}");
+    assert_eq!(m["worker_clocks"], serde_json::json!([80, 80]), "{m}");
+}
+
+#[test]
 fn ps_mf_survives_a_join_and_a_leave_on_threads_and_processes() {
     survives_a_join_and_a_leave("ps-mf");
 }
