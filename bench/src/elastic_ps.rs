@@ -8,6 +8,7 @@
 
 use crate::elastic::{AppFigures, ElasticBenchArgs, orphans};
 use petrel::CliError;
+use petrel_actors::JobTransport;
 use petrel_ps::{PsApp, PsLr, PsMf, PsTrainArgs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -134,7 +135,11 @@ pub(crate) fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, 
         fixed_s,
         elastic_s,
         seconds_lost_per_change: (elastic_s - fixed_s) / changes.max(1) as f64,
-        orphans: orphans(),
+        // Threads leave no process; counting then would count another caller's children.
+        orphans: match args.transport {
+            JobTransport::Processes => orphans(),
+            _ => 0,
+        },
         hangs: usize::from(fixed.is_none()) + usize::from(elastic.is_none()),
         rows: Vec::new(),
     })
