@@ -344,3 +344,38 @@ impl MonitorCheckpoints {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_changes_are_the_reports_joins_and_leaves_by_clock() {
+        let report = |worker, joined_at, left_at| WorkerDone {
+            worker,
+            joined_at,
+            left_at,
+            ..WorkerDone::default()
+        };
+        let reports = [
+            report(0, None, Some(9)),
+            report(1, None, None),
+            report(2, Some(3), None),
+        ];
+        let changes: Vec<(u32, &str, u64)> = (WorkerChange::of_reports(&reports).iter())
+            .map(|c| {
+                (
+                    c.worker,
+                    if c.change == "joined" {
+                        "joined"
+                    } else {
+                        "left"
+                    },
+                    c.clock,
+                )
+            })
+            .collect();
+        assert_eq!(changes, [(2, "joined", 3), (0, "left", 9)]);
+        assert!(WorkerChange::of_reports(&[report(0, None, None)]).is_empty());
+    }
+}

@@ -43,16 +43,16 @@ impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
     /// its node left), this worker always among them. A worker's data is its share by rank
     /// in this list, taken again at a clock boundary when the list changes.
     pub fn current_workers(&self) -> Vec<u32> {
-        let all = 0..self.n_workers();
         if !self.elastic {
-            return all.collect();
+            return (0..self.n_workers()).collect();
         }
         let view = self.node.view();
-        let member = |w: &u32| {
-            let name = &self.layout.worker_nodes[*w as usize];
-            *w == self.worker() || view.members.iter().any(|m| &m.name == name)
-        };
-        all.filter(member).collect()
+        let is_member = |name: &str| view.members.iter().any(|m| m.name == name);
+        crate::core::membership::current_workers(
+            &self.layout.worker_nodes,
+            is_member,
+            self.worker(),
+        )
     }
 
     /// [`WorkerDone::of`] with measured timings and the bytes its node sent and received.

@@ -104,13 +104,14 @@ pub async fn admit_everywhere(
             clock,
         };
         let states = snapshot_all(node, layout, query, node.default_timeout()).await?;
-        let answers: Vec<Clock> = states.iter().filter_map(|s| s.admitted_at).collect();
-        let top = answers.iter().copied().max().unwrap_or(clock);
-        if answers.len() == states.len() && answers.iter().all(|&a| a == top) {
-            tracing::info!(worker, clock = top, "ps worker joined");
-            return Ok(top);
+        let answers: Vec<Clock> = states.iter().map(|s| s.admitted_at.unwrap_or(0)).collect();
+        match crate::core::membership::admission(&answers) {
+            Ok(at) => {
+                tracing::info!(worker, clock = at, "ps worker joined");
+                return Ok(at);
+            }
+            Err(largest) => clock = largest,
         }
-        clock = top;
     }
 }
 
