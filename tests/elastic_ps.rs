@@ -1,8 +1,8 @@
 //! ps-lr and ps-mf survive a standby worker joining and a worker leaving mid-run (`petrel
-//! train ps-lr --standby-workers 1 --scale ...`), on threads and on processes: the held-out
-//! figures of the fixed-membership run within SGD's tolerance, the join and the leave in
-//! `metrics.json`, no node process left behind. ps-lda, which keeps a fixed membership,
-//! refuses the flags, and so do checkpoints.
+//! train ps-lr --standby-workers 1 --scale ...`), on threads and on processes (ps-lr also
+//! under BSP, ESSP and async): the held-out figures of the fixed-membership run within
+//! SGD's tolerance, the join and the leave in `metrics.json`, no node process left behind.
+//! ps-lda, which keeps a fixed membership, refuses the flags, and so do checkpoints.
 
 use crate::common::{alive, children_of, failure, metrics, petrel_cmd};
 use std::path::Path;
@@ -68,7 +68,14 @@ fn train(app: &str, out: &Path, transport: &str, args: &[&str]) -> (serde_json::
 
 #[test]
 fn ps_lr_survives_a_join_and_a_leave_on_threads_and_processes() {
-    survives_a_join_and_a_leave("ps-lr");
+    survives_a_join_and_a_leave("ps-lr", "ssp", &["memory", "processes"]);
+}
+
+#[test]
+fn ps_lr_survives_a_join_and_a_leave_under_bsp_essp_and_async() {
+    for consistency in ["bsp", "essp", "async"] {
+        survives_a_join_and_a_leave("ps-lr", consistency, &["memory"]);
+    }
 }
 
 #[test]
@@ -81,19 +88,24 @@ fn a_standby_ps_worker_that_never_starts_is_not_waited_for() {
 
 #[test]
 fn ps_mf_survives_a_join_and_a_leave_on_threads_and_processes() {
-    survives_a_join_and_a_leave("ps-mf");
+    survives_a_join_and_a_leave("ps-mf", "ssp", &["memory", "processes"]);
 }
 
-/// App `app` with a join and a leave on threads and on processes against its fixed run.
-fn survives_a_join_and_a_leave(app: &str) {
+/// App `app` under `consistency` with a join and a leave on each of `transports` against
+/// its fixed run.
+fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let (fixed, _) = train(app, &dir.path().join("fixed"), "memory", &[]);
+    let model = ["--consistency", consistency];
+    let (fixed, _) = train(app, &dir.path().join("fixed"), "memory", &model);
     assert!(fixed.get("changes").is_none(), "{fixed}");
     let figure = |m: &serde_json::Value, k: &str| m["final"][k].as_f64().unwrap();
-    for transport in ["memory", "processes"] {
-        let args = ["--standby-workers", "1", "--scale", PLAN];
+    for &transport in transports {
+        let args = [&model[..], &["--standby-workers", "1", "--scale", PLAN]].concat();
         let (m, orphans) = train(app, &dir.path().join(transport), transport, &args);
-        assert!(orphans.is_empty(), "{app} {transport}: orphans {orphans:?}");
+        assert!(
+            orphans.is_empty(),
+            "{app} {consistency} {transport}: orphans {orphans:?}"
+        );
         let change = |c: &serde_json::Value| {
             let text = |k: &str| c[k].to_string();
             (text("worker"), text("change"), c["clock"].as_u64().unwrap())
@@ -105,24 +117,24 @@ fn survives_a_join_and_a_leave(app: &str) {
             .map(change)
             .collect();
         let [(w2, joined, _), (w0, left, at)] = changes.as_slice() else {
-            panic!("{app} {transport}: not one join and one leave: {changes:?}");
+            panic!("{app} {consistency} {transport}: not one join and one leave: {changes:?}");
         };
         let got = [w2, joined, w0, left].map(String::as_str);
         assert_eq!(
             got,
             ["2", "\"joined\"", "0", "\"left\""],
-            "{app} {transport}"
+            "{app} {consistency} {transport}"
         );
         assert!(
             *at > 0 && *at < 80,
-            "{app} {transport}: worker 0 left at {at}"
+            "{app} {consistency} {transport}: worker 0 left at {at}"
         );
         // The leaver stopped at its clock; the others ran every clock.
         let clocks: Vec<u64> = serde_json::from_value(m["worker_clocks"].clone()).unwrap();
         assert_eq!(clocks.iter().filter(|&&c| c == 80).count(), 2, "{clocks:?}");
         for &(key, tolerance) in tolerances(app) {
             let (e, f) = (figure(&m, key), figure(&fixed, key));
-            let what = format!("{app} {transport}: {key} {e} against {f} fixed");
+            let what = format!("{app} {consistency} {transport}: {key} {e} against {f} fixed");
             assert!((e - f).abs() <= tolerance, "{what}");
         }
     }
