@@ -15,9 +15,7 @@ pub fn extend_builtin(register: fn(Cluster) -> Cluster) {
 pub fn builtin(settings: Settings) -> Cluster {
     let mut cluster = Cluster::new(settings);
     cluster = crate::demo::register(cluster);
-    cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
-    cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     cluster = petrel_p3::roles::register(cluster);
     cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
@@ -28,6 +26,9 @@ pub fn builtin(settings: Settings) -> Cluster {
     // start.
     cluster = petrel_strads::apps::lasso::register(cluster);
     cluster = petrel_strads::apps::logistic::register(cluster);
+    // And ps-mf and ps-lr: their workers join and leave (checked as their jobs start).
+    cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
+    cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     match EXTRA.get() {
         Some(register) => register(cluster),
         None => cluster,

@@ -1,5 +1,6 @@
 //! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
-//! job (the scheduled Lasso and logistic regression with dynamic dealing), each run once
+//! job (the scheduled Lasso and logistic regression with dynamic dealing; ps-lr and ps-mf,
+//! [`crate::elastic_ps`]), each run once
 //! with a fixed membership and once with a standby worker joining and a worker leaving
 //! (`--plan`), on the same synthetic design: whether the final model is the same
 //! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
@@ -72,7 +73,7 @@ pub struct AppFigures {
     pub orphans: usize,
     /// Runs that did not end within `max_seconds`.
     pub hangs: usize,
-    /// Rows per worker after the last change.
+    /// Rows per worker after the last change (STRADS apps; empty for ps-lr and ps-mf).
     pub rows: Vec<u64>,
 }
 
@@ -189,8 +190,12 @@ fn read_coefficients(path: &std::path::Path) -> Result<Vec<f32>, CliError> {
         .collect())
 }
 
-/// Child processes of this one still alive (the launcher's nodes, after a run).
-fn orphans() -> usize {
+/// Child processes of this one still alive (the launcher's nodes, after a run). Threads
+/// leave no process, and counting then would count another caller's children: 0.
+pub(crate) fn orphans(transport: JobTransport) -> usize {
+    if transport != JobTransport::Processes {
+        return 0;
+    }
     let me = std::process::id().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
@@ -217,7 +222,7 @@ fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
         scale: Some(args.plan.clone()),
     };
     let elastic = run_app(args, app, membership)?;
-    let orphans = orphans();
+    let orphans = orphans(args.transport);
     let hangs = usize::from(fixed.is_none()) + usize::from(elastic.is_none());
     let (Some(fixed), Some(elastic)) = (fixed, elastic) else {
         return Ok(AppFigures {
@@ -265,16 +270,17 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = ElasticBenchArgs { out, ..args };
-    let apps = ["lasso", "logistic"]
+    let apps = ["lasso", "logistic", "ps-lr", "ps-mf"]
         .into_iter()
-        .map(|app| compare(&args, app))
+        .map(|app| match app {
+            "ps-lr" | "ps-mf" => crate::elastic_ps::compare(&args, app),
+            _ => compare(&args, app),
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let keys = "app changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
                 seconds_lost_per_change orphans hangs rows";
     crate::common::json_table(&apps, keys).print();
     let fixed_membership = [
-        "ps-mf",
-        "ps-lr",
         "ps-lda",
         "strads-mf",
         "lda",

@@ -704,15 +704,28 @@ where
             if let Some(files) = <A as TrainApp>::ps_checkpoints(&mut args.config) {
                 files.resume |= resume;
             }
-            match args.transport {
-                JobTransport::Processes => run_ps_processes::<A>(&args, &out_dir),
-                _ => Ok(petrel_ps::train::<A>(args)?),
-            }
+            run_ps::<A>(args, &out_dir)
         },
     )?;
     drop(progress);
     println!("{summary}\n{}", stop_line(out.as_deref())?);
     Ok(())
+}
+
+/// Runs a PS app once on its transport: threads of this process, or node processes (run
+/// files in `<out>/run`); returns the summary line.
+pub fn run_ps<A>(
+    args: petrel_ps::PsTrainArgs<<A as PsApp>::Config>,
+    out: &Path,
+) -> Result<String, CliError>
+where
+    A: PsApp,
+    <A as PsApp>::Config: serde::Serialize,
+{
+    match args.transport {
+        JobTransport::Processes => run_ps_processes::<A>(&args, out),
+        _ => Ok(petrel_ps::train::<A>(args)?),
+    }
 }
 
 /// Runs a PS app as node processes (run files in `<out>/run`); returns the summary line.
@@ -726,21 +739,18 @@ where
 {
     let value = section_value(&args.config)?;
     let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
-    let settings = petrel_ps::kit::local_topology_with(
-        A::BUILTIN_ROLES,
-        A::NAME,
-        args.shards,
-        args.workers,
-        petrel_actors::Transport::Quic,
-    )
-    .with(|s| {
-        A::tune_local(s);
-        s.app.insert(A::SECTION.into(), value);
-        if let Some(t) = timeout_s {
-            s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
-        }
-    })
-    .build()?;
+    let quic = petrel_actors::Transport::Quic;
+    let settings = (args.topology(A::BUILTIN_ROLES, A::NAME, quic))
+        .with(|s| {
+            A::tune_local(s);
+            s.app.insert(A::SECTION.into(), value);
+            if let Some(t) = timeout_s {
+                s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
+            }
+        })
+        .build()?;
+    // Refused here, not in every node process.
+    petrel_ps::kit::check_membership::<A>(&settings, &args.config)?;
     run_cluster(
         settings,
         JobTransport::Processes,

@@ -22,6 +22,7 @@ pub mod delay;
 pub mod error;
 pub mod lda;
 pub mod managed;
+pub mod membership;
 pub mod rules;
 pub mod server_push;
 pub mod shard;

@@ -162,18 +162,30 @@ impl TableState {
     }
 }
 
+/// Where a worker stands in a shard's clock table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Presence {
+    /// Counted in the min clock.
+    Member,
+    /// Of a standby node that has not joined: not counted, not dead ([`PsShardCore::admit`]).
+    Absent,
+    /// Left or removed: not counted, its later messages refused.
+    Left,
+}
+
 #[derive(Debug, Clone)]
 struct WorkerState {
     /// Number of completed clocks (= the clock the worker is in).
     clock: Clock,
-    alive: bool,
+    presence: Presence,
     /// Last applied `UpdateBatch::seq` from this worker.
     applied_seq: u64,
 }
 
 /// The server shard's state machine. Inputs are method calls; outputs are `ShardAction`s.
 /// A removed worker (`remove_worker`) leaves the min clock, its queued reads and its
-/// subscriptions; its applied updates stay and its later messages are refused.
+/// subscriptions; its applied updates stay and its later messages are refused. Workers of
+/// standby nodes start absent (`set_absent`): outside the min clock until `admit`.
 pub struct PsShardCore {
     tables: BTreeMap<TableId, TableState>,
     workers: Vec<WorkerState>,
@@ -297,7 +309,7 @@ impl PsShardCore {
             workers: vec![
                 WorkerState {
                     clock: 0,
-                    alive: true,
+                    presence: Presence::Member,
                     applied_seq: 0,
                 };
                 n_workers as usize
@@ -458,7 +470,7 @@ impl PsShardCore {
             .workers
             .get(worker.0 as usize)
             .ok_or(PsCoreError::UnknownWorker(worker))?;
-        if w.alive {
+        if w.presence == Presence::Member {
             Ok(w)
         } else {
             Err(PsCoreError::DeadWorker(worker))
@@ -739,10 +751,57 @@ impl PsShardCore {
         }])
     }
 
+    /// Marks `workers` (of standby nodes) absent before the run: they hold back no min clock
+    /// and get no pushes until [`Self::admit`] lets them in.
+    pub fn set_absent(&mut self, workers: &[WorkerId]) -> Result<Vec<ShardAction>, PsCoreError> {
+        for &w in workers {
+            self.worker(w)?;
+            self.workers[w.0 as usize].presence = Presence::Absent;
+        }
+        Ok(self.recompute_min())
+    }
+
+    /// Admits `worker` (absent, or a member that joined at a lower clock and has sent
+    /// nothing since) at `max(clock, min clock)`, which never lowers the min clock; returns
+    /// that clock. A joiner asks every shard and, if the answers differ, asks again with the
+    /// largest: a shard only raises it, so all agree on the clock it starts at.
+    pub fn admit(&mut self, worker: WorkerId, clock: Clock) -> Result<Clock, PsCoreError> {
+        let min = self.min_clock;
+        let w =
+            (self.workers.get_mut(worker.0 as usize)).ok_or(PsCoreError::UnknownWorker(worker))?;
+        let at = clock.max(min).max(if w.presence == Presence::Member {
+            w.clock
+        } else {
+            0
+        });
+        match w.presence {
+            Presence::Left => return Err(PsCoreError::DeadWorker(worker)),
+            Presence::Member if w.applied_seq > 0 && at != w.clock => {
+                return Err(PsCoreError::ClockMismatch {
+                    worker,
+                    expected: w.clock,
+                    got: clock,
+                });
+            }
+            _ => {}
+        }
+        w.presence = Presence::Member;
+        w.clock = at;
+        tracing::debug!(worker = worker.0, clock = at, "worker admitted");
+        Ok(at)
+    }
+
+    /// Workers counted in the min clock now.
+    pub fn members(&self) -> usize {
+        (self.workers.iter())
+            .filter(|w| w.presence == Presence::Member)
+            .count()
+    }
+
     /// Declares `worker` dead (see the type docs). Returns what its departure releases.
     pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(worker)?;
-        self.workers[worker.0 as usize].alive = false;
+        self.workers[worker.0 as usize].presence = Presence::Left;
         for reads in self.pending.values_mut() {
             reads.retain(|r| r.worker != worker);
         }
@@ -805,7 +864,7 @@ impl PsShardCore {
         let Some(new_min) = self
             .workers
             .iter()
-            .filter(|w| w.alive)
+            .filter(|w| w.presence == Presence::Member)
             .map(|w| w.clock)
             .min()
         else {

@@ -88,6 +88,10 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     const MONITOR_ACTOR: &'static str;
     /// Default request timeout (s) of `petrel train` runs; `None`: the cluster default.
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = None;
+    /// Whether workers may join and leave a running job (standby worker nodes, a scale
+    /// plan): its workers take their data by rank among the current ones
+    /// ([`WorkerCtx::current_workers`](crate::kit::WorkerCtx::current_workers)).
+    const ELASTIC: bool = false;
 
     /// Checks the settings' values before any node starts (the error names the key).
     fn validate_config(cfg: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {

@@ -3,10 +3,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use petrel_actors::settings::OnNodeDeath;
 use petrel_actors::{Cluster, NodeContext, Settings};
 
 use crate::core::checkpoint::Piece;
 use crate::core::shard::{PsShardCore, not_checkpointable};
+use crate::core::types::WorkerId;
 use crate::error::PsError;
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
 use crate::shells::{self, PsLayout};
@@ -26,6 +28,8 @@ pub struct PsJob<A: PsApp> {
     pub roles: PsRoles,
     /// Where and how often it checkpoints ([`PsApp::checkpointing`]).
     pub checkpointing: Option<PsCheckpointing>,
+    /// Workers of standby nodes: absent until they join.
+    pub standby: Vec<u32>,
     /// The checkpoint it resumes from, once loaded.
     pub(crate) resumed: Mutex<Option<Arc<crate::checkpoint::JobCheckpoint>>>,
     /// Filled by the monitor when the run ends (in-process callers read it).
@@ -66,7 +70,14 @@ impl<A: PsApp> PsJob<A> {
                 found: monitors.len(),
             });
         };
+        check_membership::<A>(settings, &cfg)?;
         let checkpointing = A::checkpointing(&cfg)?;
+        let standby = (0..layout.n_workers())
+            .filter(|&w| {
+                let name = &layout.worker_nodes[w as usize];
+                settings.nodes.iter().any(|n| n.standby && &n.name == name)
+            })
+            .collect();
         let app = A::new(cfg, &layout)?;
         if checkpointing.as_ref().is_some_and(|c| c.every > 0)
             && let Some(reason) = not_checkpointable(&app.tables())
@@ -82,6 +93,7 @@ impl<A: PsApp> PsJob<A> {
             monitor_node: monitor_node.clone(),
             roles,
             checkpointing,
+            standby,
             resumed: Mutex::new(None),
             result: Mutex::new(None),
         })
@@ -104,6 +116,29 @@ impl<A: PsApp> PsJob<A> {
     }
 }
 
+/// Refuses workers that join or leave (`settings` allow membership changes) for
+/// an app that keeps a fixed membership, or with checkpoints, whose pieces are one per
+/// worker of a fixed set; and a dead worker taken as having left (`on_node_death =
+/// "leave"`): it never drains, so its clock would hold back every shard.
+pub fn check_membership<A: PsApp>(settings: &Settings, cfg: &A::Config) -> Result<(), PsError> {
+    if !settings.allows_membership_changes() {
+        return Ok(());
+    }
+    let reason = if settings.cluster.on_node_death == OnNodeDeath::Leave {
+        "on_node_death = \"leave\": a dead worker never drains its clock, so the job would wait for it; workers join and leave by standby nodes and a scale plan"
+    } else if !A::ELASTIC {
+        "its workers are fixed at the start: standby workers and a scale plan are for ps-mf and ps-lr"
+    } else if A::checkpointing(cfg)?.is_some_and(|c| c.every > 0) {
+        "checkpoints and workers that join or leave do not mix: set checkpoint_every = 0"
+    } else {
+        return Ok(());
+    };
+    Err(PsError::InvalidConfig {
+        app: A::NAME,
+        reason: reason.into(),
+    })
+}
+
 /// The shard role: serves this node's shards until every worker left.
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
     let server_push = job.app.server_push();
@@ -124,6 +159,8 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
         if let Some(cfg) = server_push {
             core.enable_server_push(cfg);
         }
+        let absent: Vec<WorkerId> = job.standby.iter().map(|&w| WorkerId(w)).collect();
+        core.set_absent(&absent)?;
         core.enable_eval_cuts(job.app.eval_every());
         let mut on_checkpoint: Option<shells::OnCheckpoint> = None;
         if let Some((dir, every)) = job.writing() {
@@ -187,4 +224,57 @@ pub fn register_builtin<A: PsApp>(cluster: Cluster) -> Cluster {
             let job = g3();
             async move { monitor::monitor_role(ctx, job?).await }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kit::local_topology;
+    use crate::{PsLda, PsLdaSettings, PsLr, PsLrSettings};
+    use petrel_actors::Transport;
+
+    #[test]
+    fn joins_and_leaves_are_refused_where_the_job_cannot_take_them() {
+        let settings = |standby: bool, leave: bool, every: u64| {
+            let mut topo = local_topology("t", 1, 2, Transport::Memory);
+            if standby {
+                topo = topo.standby_node("worker-2", &["ps-worker"]);
+            }
+            let on_death = if leave {
+                OnNodeDeath::Leave
+            } else {
+                OnNodeDeath::Fail
+            };
+            let s = topo
+                .with(|s| s.cluster.on_node_death = on_death)
+                .build()
+                .unwrap();
+            let mut cfg = PsLrSettings {
+                checkpoint_every: every,
+                ..PsLrSettings::default()
+            };
+            cfg.files.checkpoint_dir = Some("ck".into());
+            (s, cfg)
+        };
+        let reason = |(s, cfg): (Settings, PsLrSettings)| {
+            check_membership::<PsLr>(&s, &cfg)
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(
+            reason(settings(false, false, 50)),
+            None,
+            "a fixed membership"
+        );
+        assert_eq!(reason(settings(true, false, 0)), None, "a standby worker");
+        let refused = |args, why: &str| {
+            let r = reason(args).unwrap_or_default();
+            assert!(r.contains(why), "{r}");
+        };
+        refused(settings(true, false, 50), "do not mix");
+        refused(settings(false, true, 0), "on_node_death");
+        let (s, _) = settings(true, false, 0);
+        let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
+        assert!(lda.is_err_and(|e| e.to_string().contains("fixed at the start")));
+    }
 }

@@ -59,6 +59,11 @@ pub fn run_local_with<A: PsApp>(
             tweak(s);
         })
         .build()?;
+    run_settings::<A>(settings, cfg)
+}
+
+/// Runs app `A` on an in-process cluster of `settings` (generic roles).
+fn run_settings<A: PsApp>(settings: Settings, cfg: A::Config) -> Result<A::Output, PsError> {
     let job = Arc::new(PsJob::<A>::new(&settings, cfg, PsRoles::GENERIC)?);
     register(Cluster::new(settings), job.clone()).run_in_process()?;
     job.take_result()
@@ -97,6 +102,28 @@ pub struct PsTrainArgs<C: clap::Args> {
     /// clocks on a large corpus are long; the cluster default otherwise).
     #[arg(long)]
     pub request_timeout_s: Option<u64>,
+    /// Extra worker nodes marked standby: the job starts without them and they join when
+    /// started (by `--scale`). Only ps-mf and ps-lr, with `--checkpoint-every 0`.
+    #[arg(long, default_value_t = 0)]
+    pub standby_workers: usize,
+    /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker; at=4s remove
+    /// worker-0`: the standby workers start and members drain and leave at those times.
+    #[arg(long, value_name = "PLAN")]
+    pub scale: Option<String>,
+}
+
+impl<C: clap::Args> PsTrainArgs<C> {
+    /// The cluster of `petrel train <app>` ([`local_topology_with`] with `roles`), its
+    /// standby workers `worker-<workers>..` and scale plan.
+    pub fn topology(&self, roles: PsRoles, name: &str, transport: Transport) -> Topology {
+        let mut topo = local_topology_with(roles, name, self.shards, self.workers, transport);
+        let first = self.workers.max(1);
+        for w in first..first + self.standby_workers {
+            topo = topo.standby_node(&format!("worker-{w}"), &[roles.worker]);
+        }
+        let scale = self.scale.clone();
+        topo.with(move |s| s.cluster.scale = scale)
+    }
 }
 
 /// Runs `petrel train <app>` on an in-process cluster; returns the summary line to print.
@@ -110,10 +137,14 @@ pub fn train<A: PsApp>(args: PsTrainArgs<A::Config>) -> Result<String, PsError> 
         });
     }
     let transport = args.transport.cluster_transport();
-    let out = run_local_with::<A>(args.config, args.shards, args.workers, transport, |s| {
-        if let Some(t) = timeout_s {
-            s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
-        }
-    })?;
+    let settings = (args.topology(PsRoles::GENERIC, A::NAME, transport))
+        .with(|s| {
+            A::tune_local(s);
+            if let Some(t) = timeout_s {
+                s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
+            }
+        })
+        .build()?;
+    let out = run_settings::<A>(settings, args.config)?;
     Ok(A::summary(&cfg, &out))
 }

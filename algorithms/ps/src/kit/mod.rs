@@ -31,9 +31,9 @@ pub use app::{MonitorState, PsApp, PsRoles, PsStep};
 pub use checkpoints::{PsCheckpointing, PsSaved};
 pub use eval::{EvalMonitor, EvalPoint, Tables, pad_to, write_run};
 pub(crate) use eval::{decode, finish, to_json};
-pub use job::{PsJob, register, register_builtin};
+pub use job::{PsJob, check_membership, register, register_builtin};
 pub use local::{
     PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,
 };
-pub use monitor::{MonitorCtx, MonitorReports, WorkerDone, open_monitor};
+pub use monitor::{MonitorCtx, MonitorReports, WorkerChange, WorkerDone, open_monitor};
 pub use worker::WorkerCtx;

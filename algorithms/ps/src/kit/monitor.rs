@@ -54,6 +54,12 @@ pub struct WorkerDone {
     /// clocks of that writer's updates the copy lacks; empty without content clocks).
     #[serde(default)]
     pub content_staleness: StalenessStats,
+    /// The clock it joined the running job at (a worker of a standby node).
+    #[serde(default)]
+    pub joined_at: Option<u64>,
+    /// The clock it drained and left at, when its node was asked to leave.
+    #[serde(default)]
+    pub left_at: Option<u64>,
 }
 remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
 
@@ -68,6 +74,38 @@ impl WorkerDone {
             reads: client.read_stats(),
             ..WorkerDone::default()
         }
+    }
+}
+
+/// A worker that joined or left a running job (`metrics.json`'s `changes`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerChange {
+    /// The worker.
+    pub worker: u32,
+    /// `joined` or `left`.
+    pub change: String,
+    /// The clock it joined at or left at.
+    pub clock: u64,
+}
+
+impl WorkerChange {
+    /// The joins and leaves in `reports`, by clock (empty with a fixed membership).
+    pub fn of_reports(reports: &[WorkerDone]) -> Vec<WorkerChange> {
+        let change = |worker, change: &str, clock| WorkerChange {
+            worker,
+            change: change.into(),
+            clock,
+        };
+        let mut out: Vec<WorkerChange> = (reports.iter())
+            .flat_map(|r| {
+                let joined = r.joined_at.map(|c| change(r.worker, "joined", c));
+                joined
+                    .into_iter()
+                    .chain(r.left_at.map(|c| change(r.worker, "left", c)))
+            })
+            .collect();
+        out.sort_by_key(|c| (c.clock, c.worker));
+        out
     }
 }
 
@@ -220,7 +258,8 @@ pub(crate) async fn monitor_role<A: PsApp>(
         start: Instant::now(),
         offset_s,
     };
-    let n_workers = job.layout.n_workers() as usize;
+    // Standby workers count once they joined (the shards saw them).
+    let n_starting = job.layout.n_workers() as usize - job.standby.len();
     let mut finished = 0usize;
     // When the stop (a one-way message) was last sent: it is repeated every STOP_RESEND.
     let mut stop_sent: Option<Instant> = None;
@@ -229,7 +268,9 @@ pub(crate) async fn monitor_role<A: PsApp>(
         let notified = inbox.notify.notified();
         let new: Vec<A::Report> = inbox.reports.borrow_mut().drain(..).collect();
         finished += new.iter().filter(|r| A::is_final(r)).count();
-        let all_done = finished >= n_workers;
+        let all_done = finished >= n_starting
+            && (job.standby.is_empty()
+                || finished >= shells::workers_joined(m.node, m.layout).await? as usize);
         if all_done {
             // A final report can overtake the worker's last updates: wait for them.
             shells::wait_for_all_left(m.node, m.layout).await?;
@@ -301,5 +342,40 @@ impl MonitorCheckpoints {
             crate::checkpoint::write_job_manifest(dir, clock, &job.shape(), parts)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_changes_are_the_reports_joins_and_leaves_by_clock() {
+        let report = |worker, joined_at, left_at| WorkerDone {
+            worker,
+            joined_at,
+            left_at,
+            ..WorkerDone::default()
+        };
+        let reports = [
+            report(0, None, Some(9)),
+            report(1, None, None),
+            report(2, Some(3), None),
+        ];
+        let changes: Vec<(u32, &str, u64)> = (WorkerChange::of_reports(&reports).iter())
+            .map(|c| {
+                (
+                    c.worker,
+                    if c.change == "joined" {
+                        "joined"
+                    } else {
+                        "left"
+                    },
+                    c.clock,
+                )
+            })
+            .collect();
+        assert_eq!(changes, [(2, "joined", 3), (0, "left", 9)]);
+        assert!(WorkerChange::of_reports(&[report(0, None, None)]).is_empty());
     }
 }

@@ -21,6 +21,10 @@ pub struct WorkerCtx<'a, R: petrel_messages::RemoteMessage<Reply = ()>> {
     /// Where shards and workers run.
     pub layout: &'a PsLayout,
     monitor: ActorRef<R>,
+    /// Whether workers may join and leave the job (its cluster allows membership changes).
+    elastic: bool,
+    /// The clock it joined the running job at (a worker of a standby node).
+    joined_at: Option<u64>,
 }
 
 impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
@@ -34,6 +38,23 @@ impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
         self.layout.n_workers()
     }
 
+    /// The ids of the job's current workers, sorted: all of them with a fixed membership;
+    /// else those whose node is a member now (a joiner once its node joined, a leaver until
+    /// its node left), this worker always among them. A worker's data is its share by rank
+    /// in this list, taken again at a clock boundary when the list changes.
+    pub fn current_workers(&self) -> Vec<u32> {
+        if !self.elastic {
+            return (0..self.n_workers()).collect();
+        }
+        let view = self.node.view();
+        let is_member = |name: &str| view.members.iter().any(|m| m.name == name);
+        crate::core::membership::current_workers(
+            &self.layout.worker_nodes,
+            is_member,
+            self.worker(),
+        )
+    }
+
     /// [`WorkerDone::of`] with measured timings and the bytes its node sent and received.
     pub fn measured(&self, table: TableId, compute_s: f64, wait_s: f64, run_s: f64) -> WorkerDone {
         let net = self.node.net_stats();
@@ -43,6 +64,16 @@ impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
             sent_bytes: net.sent_bytes,
             received_bytes: net.received_bytes,
             run_s,
+            ..self.done(table)
+        }
+    }
+
+    /// [`WorkerDone::of`] with when this worker joined and left a running job, if it did.
+    pub fn done(&self, table: TableId) -> WorkerDone {
+        let drained = self.node.is_leave_requested();
+        WorkerDone {
+            joined_at: self.joined_at,
+            left_at: drained.then(|| self.client.current_clock()),
             ..WorkerDone::of(self.client, table)
         }
     }
@@ -64,17 +95,28 @@ pub(crate) async fn worker_role<A: PsApp>(
 ) -> Result<(), PsError> {
     shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
     let resumed = job.resumed()?;
+    let elastic = ctx.settings.allows_membership_changes();
     let mut workers = Vec::new();
     for w in job.layout.workers_on(&ctx.spec.name) {
-        let clock = resumed.as_ref().map_or(0, |ck| ck.clock);
+        // A joiner starts at a clock no shard's min clock is above.
+        let joined_at = match job.standby.contains(&w) {
+            true => Some(shells::admit_everywhere(&ctx.node, &job.layout, w).await?),
+            false => None,
+        };
+        let clock = joined_at.unwrap_or_else(|| resumed.as_ref().map_or(0, |ck| ck.clock));
         let client = PsClient::start_at(&ctx.node, &job.layout, w, job.app.tables(), clock)?;
         let saved = (resumed.as_ref())
             .map(|ck| ck.piece(Piece::Worker(w)).map(<[u8]>::to_vec))
             .transpose()?;
-        workers.push(run_worker(&ctx.node, &job, client, saved));
+        let membership = (elastic, joined_at);
+        workers.push(run_worker(&ctx.node, &job, client, saved, membership));
     }
     for r in futures::future::join_all(workers).await {
         r?;
+    }
+    if ctx.node.is_leave_requested() {
+        tracing::info!(node = %ctx.spec.name, "ps workers drained; leaving");
+        ctx.node.leave_when_done();
     }
     Ok(())
 }
@@ -84,19 +126,23 @@ async fn run_worker<A: PsApp>(
     job: &PsJob<A>,
     client: PsClient,
     saved: Option<Vec<u8>>,
+    (elastic, joined_at): (bool, Option<u64>),
 ) -> Result<(), PsError> {
     let ctx = WorkerCtx {
         node,
         client: &client,
         layout: &job.layout,
         monitor: node.actor_at::<A::Report>(&job.monitor_node, A::MONITOR_ACTOR)?,
+        elastic,
+        joined_at,
     };
     let mut state = match saved {
         Some(bytes) => job.app.resume_worker(&bytes, &ctx)?,
         None => job.app.start_worker(&ctx)?,
     };
     let checkpoints = job.writing();
-    while client.stop_requested().is_none() {
+    // A node asked to leave drains at a clock boundary: its updates so far stay applied.
+    while client.stop_requested().is_none() && !node.is_leave_requested() {
         match job.app.step(&mut state, &ctx).await? {
             PsStep::Clock => client.clock()?,
             PsStep::Barrier => client.barrier().await?,

@@ -74,6 +74,14 @@ pub enum ShardQuery {
     },
     /// The evaluation cuts completed since the last such query (no live rows).
     EvalCuts,
+    /// Admits `worker` of a standby node at `clock` or the shard's min clock, whichever is
+    /// larger ([`crate::core::shard::PsShardCore::admit`]); no rows.
+    Admit {
+        /// The joining worker.
+        worker: WorkerId,
+        /// The clock it asks to start at.
+        clock: Clock,
+    },
 }
 
 /// A shard's answer to a [`ShardQuery`].
@@ -90,6 +98,12 @@ pub struct ShardState {
     /// Workers that left this shard (all their updates are applied).
     #[serde(default)]
     pub workers_left: u32,
+    /// Workers that were ever members here: those that left plus the current members.
+    #[serde(default)]
+    pub workers_joined: u32,
+    /// Set by `Admit`: the clock the worker was admitted at.
+    #[serde(default)]
+    pub admitted_at: Option<Clock>,
     /// What this shard's server push has sent (all zero when it is off).
     #[serde(default)]
     pub server_push: ServerPushStats,

@@ -26,6 +26,7 @@ pub use messages::{
 };
 pub(crate) use query::merge_snapshots;
 pub use query::{
-    merge_tables, snapshot_all, wait_for_all_left, wait_for_min_clock, wait_for_shards,
+    admit_everywhere, merge_tables, snapshot_all, wait_for_all_left, wait_for_min_clock,
+    wait_for_shards, workers_joined,
 };
 pub use shard::{OnCheckpoint, ServerShard, ShardHandle, start_shard, start_shard_core};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use petrel_messages::Priority;
 
 use crate::core::shard::TableSnapshot;
-use crate::core::types::{Row, RowId, TableId};
+use crate::core::types::{Clock, Row, RowId, TableId, WorkerId};
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
 use crate::shells::messages::{ShardQuery, ShardState, shard_actor_name};
@@ -88,9 +88,42 @@ pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> R
     poll_shards(node, layout, |s| s.min_clock >= clock, timed_out).await
 }
 
-/// Waits (up to the request timeout) until every worker left every shard.
+/// Admits `worker` (of a standby node) on every shard at one clock, which it returns: each
+/// shard admits at `max(asked, its min clock)`, and while the answers differ the worker asks
+/// again with the largest (a shard only raises it, and the largest never lowers a shard's
+/// min clock). A shard's min clock can move between two asks, so this may take a few rounds.
+pub async fn admit_everywhere(
+    node: &Node,
+    layout: &PsLayout,
+    worker: u32,
+) -> Result<Clock, PsError> {
+    let mut clock = 0;
+    loop {
+        let query = ShardQuery::Admit {
+            worker: WorkerId(worker),
+            clock,
+        };
+        let states = snapshot_all(node, layout, query, node.default_timeout()).await?;
+        let answers: Vec<Clock> = states.iter().map(|s| s.admitted_at.unwrap_or(0)).collect();
+        match crate::core::membership::admission(&answers) {
+            Ok(at) => {
+                tracing::info!(worker, clock = at, "ps worker joined");
+                return Ok(at);
+            }
+            Err(largest) => clock = largest,
+        }
+    }
+}
+
+/// The number of workers that ever joined the job: the most any shard saw.
+pub async fn workers_joined(node: &Node, layout: &PsLayout) -> Result<u32, PsError> {
+    let states = snapshot_all(node, layout, ShardQuery::Ping, node.default_timeout()).await?;
+    Ok(states.iter().map(|s| s.workers_joined).max().unwrap_or(0))
+}
+
+/// Waits (up to the request timeout) until every worker that joined left every shard.
 pub async fn wait_for_all_left(node: &Node, layout: &PsLayout) -> Result<(), PsError> {
-    let all = |s: &ShardState| s.workers_left >= layout.n_workers();
+    let all = |s: &ShardState| s.workers_left >= s.workers_joined;
     poll_shards(node, layout, all, |timeout| PsError::WorkersNotLeft {
         timeout,
     })

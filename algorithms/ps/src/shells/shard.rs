@@ -156,7 +156,8 @@ impl ServerShard {
                 self.route(actions);
                 self.left += 1;
                 tracing::debug!(shard = self.shard, worker = worker.0, "worker left");
-                if self.left == self.layout.worker_nodes.len() {
+                // Absent workers (of standby nodes never started) are not waited for.
+                if self.core.members() == 0 {
                     let _ = self.events.send(ShardEvent::AllLeft);
                 }
                 Vec::new()
@@ -187,8 +188,15 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
 
     fn handle(&mut self, msg: Msg<ShardQuery>, _: &mut Context<Self>) -> Self::Result {
         // Ping and EvalCuts carry no tables; Snapshot and Checkpoint carry all of them.
+        let mut admitted_at = None;
         let (tables, checkpoint_clock, eval_cuts) = match msg.body {
             ShardQuery::Ping => (Vec::new(), None, Vec::new()),
+            ShardQuery::Admit { worker, clock } => {
+                let at = (self.core.admit(worker, clock))
+                    .map_err(|e| HandlerError::new(format!("shard {}: {e}", self.shard)))?;
+                admitted_at = Some(at);
+                (Vec::new(), None, Vec::new())
+            }
             ShardQuery::EvalCuts => (Vec::new(), None, self.core.take_eval_cuts()),
             ShardQuery::Snapshot => (self.core.snapshot(), None, Vec::new()),
             ShardQuery::Checkpoint { dir } => {
@@ -209,6 +217,8 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
             tables,
             checkpoint_clock,
             workers_left: self.left as u32,
+            workers_joined: (self.left + self.core.members()) as u32,
+            admitted_at,
             server_push: self.core.server_push_stats(),
             eval_cuts,
         })

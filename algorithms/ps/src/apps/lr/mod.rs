@@ -4,7 +4,9 @@
 //! One table `weights` (id 0): row `j` holds the `n_classes` weights of feature `j`, row
 //! `n_features` the biases. The optimizer runs on the shards (`--rule`: `Sgd`, `Adagrad` or
 //! `AdaRevision`, whose rows also carry the gradient sums `z`), so workers send raw
-//! gradients. Worker `w` owns the samples `i % n_workers == w`; per clock it reads the rows
+//! gradients. The worker of rank `r` among the `n` current workers owns the samples
+//! `i % n == r` (with a fixed membership, worker `w` owns `i % n_workers == w`; after a join
+//! or a leave each worker takes its new share at its next clock); per clock it reads the rows
 //! of its next mini-batch's features, sends the softmax cross-entropy gradient and calls
 //! `clock()`. Every `eval_every` clocks the monitor records held-out accuracy and log-loss.
 //! Data: LIBSVM files (labels mapped in sorted order to classes) or synthetic classes.
@@ -17,8 +19,8 @@ use crate::kit::settings::{
     RunFiles, StragglerSettings, check_history, check_step, eval_stride, history_points,
 };
 use crate::kit::{
-    EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx,
-    WorkerDone, pad_to, write_run,
+    EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerChange,
+    WorkerCtx, WorkerDone, pad_to, write_run,
 };
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
@@ -103,10 +105,33 @@ impl PsLr {
     }
 }
 
+/// A worker's samples, and the current workers they are its share of.
+#[derive(Debug, Clone)]
+pub struct LrShare {
+    /// The current workers' ids when the share was taken.
+    members: Vec<u32>,
+    /// Its samples (indices into the training set).
+    mine: Vec<usize>,
+}
+
+impl PsLr {
+    /// Worker `ctx.worker()`'s share of the samples: `i % n == rank` among the current workers.
+    fn share(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> LrShare {
+        let members = ctx.current_workers();
+        let n = members.len().max(1);
+        let rank = (members.iter())
+            .position(|&w| w == ctx.worker())
+            .unwrap_or(0);
+        let mine = (0..self.data.train.len())
+            .filter(|i| i % n == rank)
+            .collect();
+        LrShare { members, mine }
+    }
+}
+
 impl PsApp for PsLr {
     type Config = PsLrSettings;
-    /// The worker's samples (indices into the training set).
-    type Worker = Vec<usize>;
+    type Worker = LrShare;
     type Report = WorkerDone;
     type Monitor = PsLrMonitor;
     type Output = PsLrOutcome;
@@ -119,6 +144,7 @@ impl PsApp for PsLr {
         monitor: "ps-lr-monitor",
     };
     const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
+    const ELASTIC: bool = true;
 
     fn validate_config(cfg: &PsLrSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
@@ -154,16 +180,20 @@ impl PsApp for PsLr {
         cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)
     }
 
-    fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<Vec<usize>, PsError> {
-        let (w, nw) = (ctx.worker() as usize, ctx.n_workers() as usize);
-        Ok((0..self.data.train.len()).filter(|i| i % nw == w).collect())
+    fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<LrShare, PsError> {
+        Ok(self.share(ctx))
     }
 
     async fn step(
         &self,
-        mine: &mut Vec<usize>,
+        share: &mut LrShare,
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<PsStep, PsError> {
+        if ctx.current_workers() != share.members {
+            *share = self.share(ctx);
+            tracing::info!(worker = ctx.worker(), workers = ?share.members, samples = share.mine.len(), "ps-lr share taken again");
+        }
+        let mine = &share.mine;
         let c = ctx.client;
         if c.current_clock() >= self.cfg.max_clocks || mine.is_empty() {
             return Ok(PsStep::Done);
@@ -203,10 +233,10 @@ impl PsApp for PsLr {
 
     fn finish_worker(
         &self,
-        _mine: Vec<usize>,
+        _share: LrShare,
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<WorkerDone, PsError> {
-        Ok(WorkerDone::of(ctx.client, WEIGHTS))
+        Ok(ctx.done(WEIGHTS))
     }
 
     fn eval_every(&self) -> u64 {
@@ -263,6 +293,7 @@ impl PsApp for PsLr {
             staleness: st.report(),
             content_staleness: m.content_staleness().report(),
             per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
+            changes: WorkerChange::of_reports(&m.reports),
             curve: m.curve,
         };
         // The final weights: every worker left, so they are those of the last evaluation.

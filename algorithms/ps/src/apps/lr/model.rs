@@ -245,6 +245,9 @@ pub struct PsLrResult {
     /// What each worker's reads cost (round trips, time blocked).
     #[serde(default)]
     pub per_worker_reads: Vec<ReadStats>,
+    /// Workers that joined or left the running job, by clock (none with a fixed membership).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<WorkerChange>,
     /// The convergence curve.
     pub curve: Vec<PsLrPoint>,
 }

@@ -4,8 +4,11 @@
 //! Model: `rating ~ mean + u_user . v_item` (with `biases`: `+ b_user + b_item`). Two dense
 //! tables of width `rank`, `users` (0) and `items` (1); a stored row is the offset from a
 //! deterministic random initial value ([`init_value`]), so no initialisation round is
-//! needed. Worker `w` owns the users `u % n_workers == w` (only it writes them, so `users`
-//! is `Async`); `items` has the job's consistency model. Per clock a worker reads the rows
+//! needed. The worker of rank `r` among the `n` current workers owns the users `u % n == r`
+//! (only it writes them, so `users` is `Async`; with a fixed membership worker `w` owns
+//! `u % n_workers == w`); after a join or a leave each worker takes its new users at its
+//! next clock and reads their rows afresh from the shards, where their values live. `items`
+//! has the job's consistency model. Per clock a worker reads the rows
 //! of its next mini-batch, runs SGD on local copies (or sends gradients to a shard `rule`),
 //! `batch_inc`s the differences and calls `clock()`; stragglers stretch a clock to
 //! `clock_ms * factor`. Every `eval_every` clocks the monitor measures the held-out RMSE of
@@ -25,8 +28,8 @@ use crate::kit::settings::{
     history_points,
 };
 use crate::kit::{
-    EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
-    decode, encode, pad_to, write_run,
+    EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerChange, WorkerCtx,
+    WorkerDone, decode, encode, pad_to, write_run,
 };
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_ml::data::ratings::{Ratings, load_ratings};
@@ -63,7 +66,11 @@ pub struct PsMf {
 
 /// A ps-mf worker between clocks.
 pub struct PsMfWorker {
+    /// The current workers' ids when the batches were taken.
+    members: Vec<u32>,
     batches: Vec<Vec<(u32, u32, f32)>>,
+    /// Users it took over from another worker, whose rows it has not read since.
+    taken_over: BTreeSet<u32>,
     stragglers: StragglerModel,
     compute_s: f64,
     wait_s: f64,
@@ -144,6 +151,37 @@ fn row_ids(ids: &[u32]) -> Vec<RowId> {
     ids.iter().map(|&i| RowId(u64::from(i))).collect()
 }
 
+/// A worker's ratings in mini-batches.
+type Batches = Vec<Vec<(u32, u32, f32)>>;
+
+impl PsMf {
+    /// Worker `ctx.worker()`'s share: the ratings of the users `u % n == rank` among the
+    /// current workers, shuffled by its seed, in `batches_per_epoch` mini-batches.
+    fn share(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> (Vec<u32>, Batches) {
+        let (w, members) = (ctx.worker(), ctx.current_workers());
+        let n = members.len().max(1) as u32;
+        let rank = (members.iter()).position(|&m| m == w).unwrap_or(0) as u32;
+        let mut mine: Vec<(u32, u32, f32)> = (self.data.train.entries.iter())
+            .copied()
+            .filter(|e| e.0 % n == rank)
+            .collect();
+        mine.shuffle(&mut StdRng::seed_from_u64(self.cfg.seed + u64::from(w)));
+        let nb = self.cfg.batches_per_epoch.max(1) as usize;
+        let chunk = mine.len().div_ceil(nb).max(1);
+        (members, mine.chunks(chunk).map(<[_]>::to_vec).collect())
+    }
+
+    /// Takes the worker's share again after a join or a leave; the users it gains are read
+    /// afresh before their first use (its cached copies, if any, are from before).
+    fn take_share(&self, st: &mut PsMfWorker, ctx: &WorkerCtx<'_, WorkerDone>) {
+        let users = |b: &Batches| -> BTreeSet<u32> { b.iter().flatten().map(|e| e.0).collect() };
+        let before = users(&st.batches);
+        (st.members, st.batches) = self.share(ctx);
+        st.taken_over = users(&st.batches).difference(&before).copied().collect();
+        tracing::info!(worker = ctx.worker(), workers = ?st.members, taken_over = st.taken_over.len(), "ps-mf share taken again");
+    }
+}
+
 impl PsApp for PsMf {
     type Config = PsMfSettings;
     type Worker = PsMfWorker;
@@ -154,6 +192,7 @@ impl PsApp for PsMf {
     const NAME: &'static str = "ps-mf";
     const SECTION: &'static str = "mf";
     const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
+    const ELASTIC: bool = true;
 
     fn validate_config(cfg: &PsMfSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
@@ -181,19 +220,14 @@ impl PsApp for PsMf {
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<PsMfWorker, PsError> {
-        let (w, n_workers) = (ctx.worker(), ctx.n_workers());
-        let mut mine: Vec<(u32, u32, f32)> = (self.data.train.entries.iter())
-            .copied()
-            .filter(|e| e.0 % n_workers == w)
-            .collect();
-        mine.shuffle(&mut StdRng::seed_from_u64(self.cfg.seed + u64::from(w)));
-        let nb = self.cfg.batches_per_epoch.max(1) as usize;
-        let chunk = mine.len().div_ceil(nb).max(1);
+        let (members, batches) = self.share(ctx);
         if let Some(manager) = self.cfg.comm.manager() {
             ctx.client.start_managed(manager);
         }
         Ok(PsMfWorker {
-            batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
+            members,
+            batches,
+            taken_over: BTreeSet::new(),
             stragglers: self.cfg.stragglers.model(self.cfg.seed),
             compute_s: 0.0,
             wait_s: 0.0,
@@ -217,6 +251,9 @@ impl PsApp for PsMf {
                 clock: c,
             });
         }
+        if ctx.current_workers() != st.members {
+            self.take_share(st, ctx);
+        }
         let n_batches = st.batches.len().max(1);
         let batch: &[(u32, u32, f32)] = st.batches.get(c as usize % n_batches).map_or(&[], |b| b);
         let (users, items) = (distinct(batch, |e| e.0), distinct(batch, |e| e.1));
@@ -228,6 +265,12 @@ impl PsApp for PsMf {
         if cfg.rule.is_some_and(|r| !r.local_view_exact()) {
             // `users` is async, and the cache does not follow these rules' steps.
             client.prefetch(USERS, &user_ids)?;
+        } else if !st.taken_over.is_empty() {
+            // Users taken over: their rows as the shards hold them, not an old cached copy.
+            let fresh: Vec<u32> = (users.iter().copied())
+                .filter(|u| st.taken_over.remove(u))
+                .collect();
+            client.prefetch(USERS, &row_ids(&fresh))?;
         }
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
         let user_rows = client.get_many(USERS, &user_ids).await?;
@@ -405,6 +448,7 @@ impl PsApp for PsMf {
             per_worker_compute_s: m.reports.iter().map(|r| r.compute_s).collect(),
             per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
             per_worker_run_s: m.reports.iter().map(|r| r.run_s).collect(),
+            changes: WorkerChange::of_reports(&m.reports),
             curve: m.curve,
         };
         tracing::info!(

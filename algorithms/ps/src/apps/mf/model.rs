@@ -271,6 +271,9 @@ pub struct PsMfResult {
     /// Seconds each worker ran (first step to its report).
     #[serde(default)]
     pub per_worker_run_s: Vec<f64>,
+    /// Workers that joined or left the running job, by clock (none with a fixed membership).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<WorkerChange>,
     /// The convergence curve.
     pub curve: Vec<RmsePoint>,
 }

@@ -451,3 +451,109 @@ fn an_essp_push_is_followed_by_the_writers_clocks() {
         })
     );
 }
+
+const MODELS: [Consistency; 4] = [
+    Consistency::Bsp,
+    Consistency::Ssp { staleness: 1 },
+    Consistency::Essp { staleness: 1 },
+    Consistency::Async,
+];
+
+#[test]
+fn an_absent_worker_holds_back_no_min_clock_and_is_admitted_at_the_min_clock() {
+    for c in MODELS {
+        let mut s = PsShardCore::new(3, vec![spec(c)]).unwrap();
+        assert!(s.set_absent(&[WorkerId(2)]).unwrap().is_empty());
+        assert_eq!(s.members(), 2);
+        // An absent worker's messages are refused, as a departed one's.
+        assert!(
+            s.handle_read(&read(WorkerId(2), 1, T, RowId(3), 0))
+                .is_err()
+        );
+        for clock in 0..2 {
+            step(&mut s, 0, clock, clock + 1);
+            step(&mut s, 1, clock, clock + 1);
+        }
+        assert_eq!(
+            s.min_clock(),
+            2,
+            "{c:?}: the absent worker is not waited for"
+        );
+        // Admitted at the min clock even when it asks for less: the min clock never drops.
+        assert_eq!(s.admit(WorkerId(2), 0).unwrap(), 2, "{c:?}");
+        assert_eq!((s.min_clock(), s.members()), (2, 3));
+        // It now holds the min clock back like any member...
+        step(&mut s, 0, 2, 3);
+        step(&mut s, 1, 2, 3);
+        assert_eq!(s.min_clock(), 2, "{c:?}: the joiner is counted");
+        // ...and its updates count from its admission clock.
+        step(&mut s, 2, 2, 1);
+        assert_eq!(s.min_clock(), 3, "{c:?}");
+        assert_eq!(s.worker_clock(WorkerId(2)).unwrap(), 3);
+    }
+}
+
+#[test]
+fn shards_agree_on_a_joiners_clock_by_raising_it_to_the_largest_answer() {
+    for c in MODELS {
+        let shard = |ahead: u64| {
+            let mut s = PsShardCore::new(2, vec![spec(c)]).unwrap();
+            s.set_absent(&[WorkerId(1)]).unwrap();
+            for clock in 0..ahead {
+                s.clock(WorkerId(0), clock).unwrap();
+            }
+            s
+        };
+        let (mut a, mut b) = (shard(3), shard(2));
+        let answers = [
+            a.admit(WorkerId(1), 0).unwrap(),
+            b.admit(WorkerId(1), 0).unwrap(),
+        ];
+        assert_eq!(answers, [3, 2], "{c:?}");
+        // The joiner asks again with the largest answer: each shard raises it, none lowers.
+        assert_eq!(a.admit(WorkerId(1), 3).unwrap(), 3);
+        assert_eq!(b.admit(WorkerId(1), 3).unwrap(), 3);
+        assert_eq!(b.min_clock(), 2, "{c:?}: worker 0 is still at 2 on shard b");
+        b.clock(WorkerId(0), 2).unwrap();
+        assert_eq!(b.min_clock(), 3, "{c:?}");
+        // A worker that has sent updates at its clock is not moved.
+        let mut s = shard(0);
+        s.admit(WorkerId(1), 0).unwrap();
+        s.apply_updates(WorkerId(1), 0, &batch(1, 3, [1.0, 1.0]))
+            .unwrap();
+        assert!(s.admit(WorkerId(1), 4).is_err(), "{c:?}");
+    }
+}
+
+#[test]
+fn after_a_leave_the_bound_counts_only_current_members_and_pushes_skip_the_absent() {
+    for c in MODELS {
+        let mut s = PsShardCore::new(3, vec![spec(c)]).unwrap();
+        s.set_absent(&[WorkerId(2)]).unwrap();
+        // Worker 1 reads (subscribing on ESSP), finishes clock 0 and leaves.
+        s.handle_read(&read(WorkerId(1), 1, T, RowId(3), 0))
+            .unwrap();
+        step(&mut s, 1, 0, 1);
+        assert!(s.remove_worker(WorkerId(1)).is_ok());
+        assert_eq!(s.members(), 1);
+        // Worker 0 alone moves the min clock; nothing goes to the departed or the absent.
+        for clock in 0..3 {
+            let out = {
+                s.apply_updates(WorkerId(0), clock, &batch(clock + 1, 3, [1.0, 0.0]))
+                    .unwrap();
+                s.clock(WorkerId(0), clock).unwrap()
+            };
+            assert!(
+                out.iter().all(|a| a.worker() == WorkerId(0)),
+                "{c:?}: {out:?}"
+            );
+        }
+        assert_eq!(s.min_clock(), 3, "{c:?}");
+        // The leaver's update of clock 0 stays applied.
+        assert_eq!(s.row(T, RowId(3)), Some(&Row::Dense(vec![1.0 + 3.0, 2.0])));
+        assert!(
+            s.admit(WorkerId(1), 0).is_err(),
+            "{c:?}: a departed worker stays out"
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! ps-lr and ps-mf survive a standby worker joining and a worker leaving mid-run (`petrel
+//! train ps-lr --standby-workers 1 --scale ...`), on threads and on processes (ps-lr also
+//! under BSP, ESSP and async): the held-out figures of the fixed-membership run within
+//! SGD's tolerance, the join and the leave in `metrics.json`, no node process left behind.
+//! ps-lda, which keeps a fixed membership, refuses the flags, and so do checkpoints.
+
+use crate::common::{alive, children_of, failure, metrics, petrel_cmd};
+use std::path::Path;
+use std::time::Duration;
+
+/// 80 clocks of at least 40 ms: a run of about 4 s, long enough for both changes.
+const JOB: &str = "--clock-ms 40 --checkpoint-every 0 --workers 2 --shards 2";
+
+/// The app's flag for 80 clocks.
+fn clocks(app: &str) -> [&'static str; 2] {
+    match app {
+        "ps-lr" => ["--clocks", "80"],
+        _ => ["--max-clocks", "80"],
+    }
+}
+
+/// `worker-2` starts 300 ms after the cluster formed, `worker-0` is asked to leave at 1.2 s.
+const PLAN: &str = "at=300ms add worker-2; at=1200ms remove worker-0";
+
+/// SGD under SSP is not deterministic (update order, timing), and a change moves the number
+/// of gradient steps per clock, so the model is not the fixed run's: its held-out figures
+/// are, to the tolerances the restart tests give these apps (and accuracy to 2 points).
+fn tolerances(app: &str) -> &'static [(&'static str, f64)] {
+    match app {
+        "ps-lr" => &[("test_log_loss", 0.05), ("test_accuracy", 0.02)],
+        _ => &[("test_rmse", 0.02)],
+    }
+}
+
+/// `petrel train <app>` on `transport` with `args` into `out`: its `metrics.json` and the
+/// child processes still alive once it returned (polled while it ran).
+fn train(app: &str, out: &Path, transport: &str, args: &[&str]) -> (serde_json::Value, Vec<u32>) {
+    let mut child = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+        .args(["--transport", transport])
+        .args(JOB.split_whitespace())
+        .args(clocks(app))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    let status = loop {
+        for pid in children_of(child.id()) {
+            if !seen.contains(&pid) {
+                seen.push(pid);
+            }
+        }
+        match child.try_wait().unwrap() {
+            Some(status) => break status,
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let what = format!("petrel train {app} {transport} {args:?}");
+    assert!(status.success(), "{what}: {status}");
+    if transport == "processes" {
+        // Both shards, worker-0, worker-1 and the joiner worker-2.
+        assert!(seen.len() >= 5, "{what}: node processes seen: {seen:?}");
+    }
+    let orphans = seen.into_iter().filter(|&p| alive(p)).collect();
+    (metrics(out), orphans)
+}
+
+#[test]
+fn ps_lr_survives_a_join_and_a_leave_on_threads_and_processes() {
+    survives_a_join_and_a_leave("ps-lr", "ssp", &["memory", "processes"]);
+}
+
+#[test]
+fn ps_lr_survives_a_join_and_a_leave_under_bsp_essp_and_async() {
+    for consistency in ["bsp", "essp", "async"] {
+        survives_a_join_and_a_leave("ps-lr", consistency, &["memory"]);
+    }
+}
+
+#[test]
+fn a_standby_ps_worker_that_never_starts_is_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = train("ps-lr", dir.path(), "memory", &["--standby-workers", "1"]);
+    assert!(m.get("changes").is_none(), "{m}");
+    assert_eq!(m["worker_clocks"], serde_json::json!([80, 80]), "{m}");
+}
+
+#[test]
+fn ps_mf_survives_a_join_and_a_leave_on_threads_and_processes() {
+    survives_a_join_and_a_leave("ps-mf", "ssp", &["memory", "processes"]);
+}
+
+/// App `app` under `consistency` with a join and a leave on each of `transports` against
+/// its fixed run.
+fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ["--consistency", consistency];
+    let (fixed, _) = train(app, &dir.path().join("fixed"), "memory", &model);
+    assert!(fixed.get("changes").is_none(), "{fixed}");
+    let figure = |m: &serde_json::Value, k: &str| m["final"][k].as_f64().unwrap();
+    for &transport in transports {
+        let args = [&model[..], &["--standby-workers", "1", "--scale", PLAN]].concat();
+        let (m, orphans) = train(app, &dir.path().join(transport), transport, &args);
+        assert!(
+            orphans.is_empty(),
+            "{app} {consistency} {transport}: orphans {orphans:?}"
+        );
+        let change = |c: &serde_json::Value| {
+            let text = |k: &str| c[k].to_string();
+            (text("worker"), text("change"), c["clock"].as_u64().unwrap())
+        };
+        let changes: Vec<_> = m["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(change)
+            .collect();
+        let [(w2, joined, _), (w0, left, at)] = changes.as_slice() else {
+            panic!("{app} {consistency} {transport}: not one join and one leave: {changes:?}");
+        };
+        let got = [w2, joined, w0, left].map(String::as_str);
+        assert_eq!(
+            got,
+            ["2", "\"joined\"", "0", "\"left\""],
+            "{app} {consistency} {transport}"
+        );
+        assert!(
+            *at > 0 && *at < 80,
+            "{app} {consistency} {transport}: worker 0 left at {at}"
+        );
+        // The leaver stopped at its clock; the others ran every clock.
+        let clocks: Vec<u64> = serde_json::from_value(m["worker_clocks"].clone()).unwrap();
+        assert_eq!(clocks.iter().filter(|&&c| c == 80).count(), 2, "{clocks:?}");
+        for &(key, tolerance) in tolerances(app) {
+            let (e, f) = (figure(&m, key), figure(&fixed, key));
+            let what = format!("{app} {consistency} {transport}: {key} {e} against {f} fixed");
+            assert!((e - f).abs() <= tolerance, "{what}");
+        }
+    }
+}
+
+#[test]
+fn ps_lda_and_checkpoints_refuse_joins_and_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_string_lossy();
+    for (app, args, why) in [
+        ("ps-lda", "memory", "workers are fixed at the start"),
+        ("ps-lda", "processes", "workers are fixed at the start"),
+        ("ps-mf", "processes", "do not mix"),
+        ("ps-lr", "memory --checkpoint-every 10", "do not mix"),
+    ] {
+        let mut all = vec!["train", app, "--out", &out, "--scale", PLAN, "--transport"];
+        all.extend(args.split(' '));
+        all.extend(["--standby-workers", "1"]);
+        let stderr = failure(&all);
+        assert!(stderr.contains(why), "{app} {args}: {stderr}");
+    }
+}
