@@ -1,7 +1,6 @@
 //! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
 //! job (the scheduled Lasso and logistic regression with dynamic dealing; ps-lr and ps-mf,
-//! [`crate::elastic_ps`]), each run once
-//! with a fixed membership and once with a standby worker joining and a worker leaving
+//! in `elastic_ps.rs`), each run once with a fixed membership and once with a standby worker joining and a worker leaving
 //! (`--plan`), on the same synthetic design: whether the final model is the same
 //! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
 //! time each change cost (`seconds_lost_per_change` = (elastic - fixed) / changes), node
