@@ -133,6 +133,10 @@ struct RunArgs {
     /// RUN_DIR/checkpoints/<section>, so a restart rolls back to the newest one).
     #[arg(long)]
     no_checkpoints: bool,
+    /// A membership plan for an elastic job, e.g. `at=2s add w2; at=4s remove w0`, in
+    /// place of the file's `[cluster] scale`.
+    #[arg(long, value_name = "PLAN")]
+    scale: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -360,6 +364,10 @@ fn dispatch(
 /// `petrel run`: checkpoints by default, restarts on a node's death, the dashboard.
 fn run_command(mut args: RunArgs) -> Result<(), CliError> {
     let mut settings = Settings::load(&args.config)?;
+    if let Some(plan) = &args.scale {
+        settings.cluster.scale = Some(plan.clone());
+        settings.validate()?;
+    }
     if let Some(dir) = &args.run_dir {
         // Absolute: the node settings written into it name their files by path.
         let dir = std::path::absolute(dir).map_err(CliError::io(dir))?;

@@ -291,7 +291,7 @@ fn a_megabyte_long_bad_value_is_quoted_in_at_most_200_bytes() {
 
 /// The built-in roles deal their work to the members a job starts with: a standby node, a
 /// scale plan or `on_node_death = "leave"` is refused before any node starts, and so is a
-/// plan that does not fit the cluster.
+/// plan, in the file or given by `--scale`, that does not fit the cluster.
 #[test]
 fn membership_changes_are_refused_for_the_builtin_roles_and_bad_plans_for_all() {
     let dir = tempfile::tempdir().unwrap();
@@ -328,6 +328,13 @@ fn membership_changes_are_refused_for_the_builtin_roles_and_bad_plans_for_all() 
     refused(&["run", "leave.toml"], &[], d, fixed);
     refused(
         &["run", "badplan.toml"],
+        &[],
+        d,
+        "add w7: no standby node of that name or role",
+    );
+    // `--scale` stands in for the file's plan and is checked the same way.
+    refused(
+        &["run", "standby.toml", "--scale", "at=1s add w7"],
         &[],
         d,
         "add w7: no standby node of that name or role",
