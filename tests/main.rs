@@ -6,6 +6,7 @@ mod common;
 
 mod chaos_hostile_member;
 mod chaos_link_cut;
+mod chaos_membership;
 mod chaos_slow_worker;
 mod cli;
 mod elastic_ps;

@@ -32,7 +32,8 @@ pub struct ChaosBenchArgs {
     /// stall, held until the job ends, and connects again whenever it is refused),
     /// `link-cut` (the nodes on emulated hosts, the victim's link down for a while: needs
     /// root), `slow` (the victim runs at half speed until the job ends: stopped for 20 ms
-    /// of every 40).
+    /// of every 40), `join` (a standby worker joins the app's elastic job) and `leave` (a
+    /// worker of the elastic job gets SIGTERM: it drains and leaves).
     #[arg(
         long,
         value_enum,
@@ -128,24 +129,33 @@ impl ChaosApp {
         flags.split_whitespace().map(String::from).collect()
     }
 
-    /// A PS run's final figure and its relative tolerance (those of the CLI restart tests).
-    fn figure(self) -> Option<(&'static str, f64)> {
-        match self {
-            ChaosApp::PsMf => Some(("test_rmse", 0.02)),
-            ChaosApp::PsLr => Some(("test_log_loss", 0.05)),
-            _ => None,
+    /// The final figure a run is compared by: PS runs, and the elastic jobs of every app.
+    fn figure(self, elastic: bool) -> Option<Tolerance> {
+        let within = |figure, tolerance, relative| {
+            Some(Tolerance {
+                figure,
+                tolerance,
+                relative,
+            })
+        };
+        // PS runs are not deterministic (shards sum float deltas in arrival order): their
+        // held-out figures, relative to the CLI restart tests' tolerances, and absolute to
+        // the elastic tests' (a change moves the gradient steps per clock). An elastic
+        // STRADS job regroups its sums: its objective, to 1e-6 relative.
+        match (self, elastic) {
+            (ChaosApp::PsMf, _) => within("/final/test_rmse", 0.02, !elastic),
+            (ChaosApp::PsLr, _) => within("/final/test_log_loss", 0.05, !elastic),
+            (_, true) => within("/final_objective", 1e-6, true),
+            (_, false) => None,
         }
     }
 
     /// Whether a run's outcome matches the reference's: `Some(true)` identical bytes,
     /// `Some(false)` within tolerance only, `None` neither.
-    fn matches(self, reference: &Outcome, got: &Outcome) -> Option<bool> {
-        match (reference, got) {
-            (Outcome::Bytes(a), Outcome::Bytes(b)) => (a == b).then_some(true),
-            (Outcome::Figure(a), Outcome::Figure(b)) => {
-                let tolerance = self.figure().map_or(0.0, |(_, t)| t);
-                ((a - b).abs() <= tolerance * a.abs()).then_some(false)
-            }
+    fn matches(self, elastic: bool, reference: &Outcome, got: &Outcome) -> Option<bool> {
+        match (reference, got, self.figure(elastic)) {
+            (Outcome::Bytes(a), Outcome::Bytes(b), _) => (a == b).then_some(true),
+            (Outcome::Figure(a), Outcome::Figure(b), Some(t)) => t.holds(*a, *b).then_some(false),
             _ => None,
         }
     }
@@ -189,18 +199,15 @@ impl ChaosApp {
     }
 
     /// The trained model a run in `out` wrote.
-    fn model(self, out: &Path) -> Result<Outcome, BenchError> {
-        if let Some((figure, _)) = self.figure() {
+    fn model(self, out: &Path, elastic: bool) -> Result<Outcome, BenchError> {
+        if let Some(Tolerance { figure, .. }) = self.figure(elastic) {
             let text = std::fs::read_to_string(out.join("metrics.json"))
                 .map_err(BenchError::io("metrics.json"))?;
             let metrics: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| BenchError::Incomplete(format!("metrics.json: {e}")))?;
-            return metrics["final"][figure]
-                .as_f64()
+            return (metrics.pointer(figure).and_then(serde_json::Value::as_f64))
                 .map(Outcome::Figure)
-                .ok_or_else(|| {
-                    BenchError::Incomplete(format!("no final {figure} in metrics.json"))
-                });
+                .ok_or_else(|| BenchError::Incomplete(format!("no {figure} in metrics.json")));
         }
         let files: &[&str] = match self {
             ChaosApp::PsMf | ChaosApp::PsLr => &[],
@@ -214,6 +221,32 @@ impl ChaosApp {
             bytes.extend(std::fs::read(out.join(file)).map_err(BenchError::io("the model"))?);
         }
         Ok(Outcome::Bytes(bytes))
+    }
+}
+
+/// A final figure (a JSON pointer into `metrics.json`) and how close a run's must be to
+/// the reference's.
+struct Tolerance {
+    figure: &'static str,
+    tolerance: f64,
+    relative: bool,
+}
+
+impl Tolerance {
+    fn holds(&self, reference: f64, got: f64) -> bool {
+        let scale = if self.relative { reference.abs() } else { 1.0 };
+        (reference - got).abs() <= self.tolerance * scale
+    }
+}
+
+impl std::fmt::Display for Tolerance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.figure.rsplit('/').next().unwrap_or(self.figure);
+        match (self.relative, self.tolerance >= 0.01) {
+            (true, true) => write!(f, "{name} within {}%", self.tolerance * 100.0),
+            (true, false) => write!(f, "{name} within {:e} relative", self.tolerance),
+            (false, _) => write!(f, "{name} within {}", self.tolerance),
+        }
     }
 }
 
@@ -238,6 +271,10 @@ pub enum Fault {
     /// The victim slowed 2x for the rest of the job (SIGSTOP for half of every 40 ms, far
     /// under the failure timeout): the job must finish unharmed, without a restart.
     Slow,
+    /// A standby worker joins the app's elastic job (`--scale "at=… add …"`).
+    Join,
+    /// SIGTERM to a worker of the app's elastic job: it drains and leaves.
+    Leave,
 }
 
 /// Whether a link cut is shorter than the failure timeout (survived, no restart) or longer
@@ -363,6 +400,7 @@ struct Figures {
 fn train(
     app: ChaosApp,
     args: &ChaosBenchArgs,
+    flags: &[String],
     out: &Path,
     max_restarts: u32,
     netns: Option<&str>,
@@ -383,7 +421,7 @@ fn train(
         cmd.args(["--netns", prefix]);
     }
     cmd.args(["--workers", &args.workers.to_string()])
-        .args(app.job_flags(args))
+        .args(flags)
         .args(["--max-restarts", &max_restarts.to_string()]);
     match app {
         // The run directory inside `out`, so the nodes' command lines name it.
@@ -787,6 +825,11 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
                 let pairs = app.hostile_pairs(args.workers);
                 let (victim, impostor) = pairs[rng.gen_range(0..pairs.len())].clone();
                 (victim, Some(impostor))
+            } else if fault == Fault::Join {
+                (app.standby_worker(args.workers), None)
+            } else if fault == Fault::Leave {
+                let (workers, _) = app.roles(args.workers);
+                (workers[rng.gen_range(0..workers.len())].clone(), None)
             } else {
                 let nodes = app.nodes(args.workers);
                 (nodes[rng.gen_range(0..nodes.len())].clone(), None)
@@ -823,7 +866,8 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             "--apps and --faults need at least one value each".into(),
         ));
     }
-    let references = reference_runs(&args, &root, limit)?;
+    let plan = schedule(&args);
+    let references = reference_runs(&args, &plan, &root, limit)?;
     let reference_s = references.iter().map(|(a, (s, _))| (a.clone(), *s));
     let mut table = Vec::new();
     let mut figures = Figures {
@@ -832,7 +876,6 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         seed: args.seed,
         ..Figures::default()
     };
-    let plan = schedule(&args);
     let (hosts, link_cuts) = link_cut_hosts(&args, &plan)?;
     if let Some(why) = link_cuts
         .as_deref()
@@ -847,6 +890,10 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             hosts.as_ref().map(|t| &t.0),
             figures.link_cuts.as_deref(),
         );
+        let netns = match planned.job_flags(&args, true) {
+            Some(_) => netns,
+            None => Err(format!("{} keeps a fixed membership", planned.app.name())),
+        };
         match netns {
             Err(why) => skip_run(run, planned, why, &mut figures, &mut table),
             Ok(netns) => {
@@ -883,33 +930,39 @@ type References = BTreeMap<String, (f64, Outcome)>;
 /// their recovery time.
 fn reference_runs(
     args: &ChaosBenchArgs,
+    plan: &[Planned],
     root: &Path,
     limit: Duration,
 ) -> Result<References, BenchError> {
     let mut references = References::new();
-    for &app in &args.apps {
-        if references.contains_key(&app.name()) {
+    for planned in plan {
+        let key = planned.reference_key();
+        // A run that cannot run (its app keeps a fixed membership) needs no reference.
+        let Some(flags) = planned.job_flags(args, false) else {
+            continue;
+        };
+        if references.contains_key(&key) {
             continue;
         }
-        let out = root.join(format!("reference-{}", app.name()));
+        let out = root.join(format!("reference-{key}"));
         let started = Instant::now();
-        let mut child = train(app, args, &out, 0, None, None)?;
+        let mut child = train(planned.app, args, &flags, &out, 0, None, None)?;
         if wait_for(&mut child, limit)? != Some(true) {
             return Err(BenchError::Incomplete(format!(
-                "the uninterrupted {} reference run failed (its output: {})",
-                app.name(),
+                "the uninterrupted {key} reference run failed (its output: {})",
                 out.display()
             )));
         }
-        references.insert(
-            app.name(),
-            (started.elapsed().as_secs_f64(), app.model(&out)?),
-        );
+        let model = planned
+            .app
+            .model(&out, planned.fault.changes_membership())?;
+        references.insert(key, (started.elapsed().as_secs_f64(), model));
     }
     Ok(references)
 }
 
-/// A planned run that cannot run (a link cut without namespaces).
+/// A planned run that cannot run (a link cut without namespaces, a membership change of an
+/// app that keeps its membership fixed).
 fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Rows) {
     figures.runs_skipped += 1;
     table.push(serde_json::json!({"run": run, "app": planned.app.name(),
@@ -948,10 +1001,16 @@ fn faulted_run(
         .then(|| Some((planned.impostor.as_deref()?, planned.victim.as_str())))
         .flatten();
     let netns_prefix = netns.map(|h| h.prefix.as_str());
-    let mut child = train(planned.app, args, out, 2, netns_prefix, armed)?;
+    let flags = planned.job_flags(args, true).unwrap_or_default();
+    let mut child = train(planned.app, args, &flags, out, 2, netns_prefix, armed)?;
     let (injected, hostile, cut_record) =
         inject(args, out, &mut child, started, limit, planned, netns)?;
     let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
+    // A membership change struck if the job's metrics record it.
+    let injected = match planned.fault.changes_membership() {
+        true => membership::change_recorded(out, planned.fault),
+        false => injected,
+    };
     let wall_s = started.elapsed().as_secs_f64();
     let mut fault_label = name_of(&planned.fault);
     if let Some(c) = &cut_record {
@@ -1019,6 +1078,12 @@ fn inject(
     let mut injected = false;
     let mut hostile = None;
     let mut cut_record = None;
+    if planned.fault == Fault::Leave {
+        let deadline = started + limit;
+        let struck =
+            membership::strike_leave(out, &planned.victim, planned.delay, child, deadline)?;
+        return Ok((struck, hostile, cut_record));
+    }
     while started.elapsed() < limit {
         if petrel::recovery::has_checkpoint(&out.join("checkpoints")) {
             std::thread::sleep(planned.delay);
@@ -1037,6 +1102,8 @@ fn inject(
             } else if let Some(pid) = node_pid(out, &planned.victim) {
                 match planned.fault {
                     Fault::Hostile | Fault::HostileMember | Fault::LinkCut => {}
+                    // The launcher adds the standby worker (`--scale`).
+                    Fault::Join | Fault::Leave => {}
                     Fault::Kill => signal(pid, libc::SIGKILL),
                     Fault::Pause => {
                         signal(pid, libc::SIGSTOP);
@@ -1067,12 +1134,13 @@ fn record_run(
     table: &mut Rows,
 ) {
     let app = planned.app;
-    let (reference_s, expected) = &references[&app.name()];
+    let elastic = planned.fault.changes_membership();
+    let (reference_s, expected) = &references[&planned.reference_key()];
     let finished = ran.finished;
     let matched = (finished == Some(true))
-        .then(|| app.model(&ran.out).ok())
+        .then(|| app.model(&ran.out, elastic).ok())
         .flatten()
-        .and_then(|m| app.matches(expected, &m));
+        .and_then(|m| app.matches(elastic, expected, &m));
     let identical = matched == Some(true);
     let within_tolerance = matched == Some(false);
     let restarts = std::fs::read_to_string(stdout_file(&ran.out))
@@ -1104,9 +1172,9 @@ fn record_run(
     } else {
         "none (job ended first)".into()
     };
-    let identical = match (identical, within_tolerance, app.figure()) {
+    let identical = match (identical, within_tolerance, app.figure(elastic)) {
         (true, _, _) => "true".into(),
-        (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
+        (_, true, Some(t)) => t.to_string(),
         _ => "false".into(),
     };
     let finished = match finished {
@@ -1121,5 +1189,6 @@ fn record_run(
     );
 }
 
+mod membership;
 #[cfg(test)]
 mod tests;

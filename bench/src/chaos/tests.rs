@@ -216,18 +216,106 @@ fn p3_faults_reach_shards_and_strads_faults_reach_the_scheduler() {
 fn strads_and_p3_models_must_be_identical_and_ps_figures_within_tolerance() {
     let bytes = |b: &[u8]| Outcome::Bytes(b.to_vec());
     assert_eq!(
-        ChaosApp::Lasso.matches(&bytes(b"1 2"), &bytes(b"1 2")),
+        ChaosApp::Lasso.matches(false, &bytes(b"1 2"), &bytes(b"1 2")),
         Some(true)
     );
     assert_eq!(
-        ChaosApp::Lasso.matches(&bytes(b"1 2"), &bytes(b"1 3")),
+        ChaosApp::Lasso.matches(false, &bytes(b"1 2"), &bytes(b"1 3")),
         None
     );
     let rmse = |x| Outcome::Figure(x);
     assert_eq!(
-        ChaosApp::PsMf.matches(&rmse(0.50), &rmse(0.505)),
+        ChaosApp::PsMf.matches(false, &rmse(0.50), &rmse(0.505)),
         Some(false)
     );
-    assert_eq!(ChaosApp::PsMf.matches(&rmse(0.50), &rmse(0.52)), None);
-    assert_eq!(ChaosApp::PsMf.matches(&rmse(0.50), &bytes(b"x")), None);
+    assert_eq!(
+        ChaosApp::PsMf.matches(false, &rmse(0.50), &rmse(0.52)),
+        None
+    );
+    assert_eq!(
+        ChaosApp::PsMf.matches(false, &rmse(0.50), &bytes(b"x")),
+        None
+    );
+}
+
+/// An elastic job is compared by a figure: the STRADS objective to 1e-6 relative, the PS
+/// held-out figures to the elastic tests' absolute tolerances.
+#[test]
+fn elastic_jobs_are_compared_by_their_objective_or_held_out_figure() {
+    let figure = |x| Outcome::Figure(x);
+    assert_eq!(
+        ChaosApp::Lasso.matches(true, &figure(2.0), &figure(2.0 + 1e-6)),
+        Some(false)
+    );
+    assert_eq!(
+        ChaosApp::Lasso.matches(true, &figure(2.0), &figure(2.0 + 3e-6)),
+        None
+    );
+    // 0.04 to 0.08 is 100% relative but within 0.05 absolute.
+    assert_eq!(
+        ChaosApp::PsLr.matches(true, &figure(0.04), &figure(0.08)),
+        Some(false)
+    );
+    assert_eq!(
+        ChaosApp::PsLr.matches(false, &figure(0.04), &figure(0.08)),
+        None
+    );
+    let label = |app: ChaosApp, elastic| app.figure(elastic).unwrap().to_string();
+    assert_eq!(
+        label(ChaosApp::Lasso, true),
+        "final_objective within 1e-6 relative"
+    );
+    assert_eq!(label(ChaosApp::PsLr, true), "test_log_loss within 0.05");
+    assert_eq!(label(ChaosApp::PsMf, false), "test_rmse within 2%");
+    assert!(ChaosApp::Lasso.figure(false).is_none());
+}
+
+/// A join adds the worker after the others (a standby node the launcher starts at the
+/// drawn moment); a leave hits a worker; both run the app's elastic job, with a standby
+/// worker so that SIGTERM drains; an app with a fixed membership has no such job.
+#[test]
+fn joins_add_the_next_worker_and_leaves_hit_a_worker_of_an_elastic_job() {
+    let mut a = args(&[ChaosApp::Lasso, ChaosApp::PsLr, ChaosApp::Lda], 12, 3);
+    a.faults = vec![Fault::Join, Fault::Leave];
+    let plan = schedule(&a);
+    assert!(plan.iter().any(|p| p.fault == Fault::Join));
+    assert!(plan.iter().any(|p| p.fault == Fault::Leave));
+    for p in &plan {
+        let (workers, _) = p.app.roles(2);
+        match p.fault {
+            Fault::Join => assert_eq!(p.victim, p.app.standby_worker(2), "{p:?}"),
+            _ => assert!(workers.contains(&p.victim), "{p:?}"),
+        }
+        assert_eq!(p.reference_key(), format!("{}-elastic", p.app.name()));
+        let flags = p.job_flags(&a, true);
+        if p.app == ChaosApp::Lda {
+            assert!(flags.is_none(), "{p:?}");
+            continue;
+        }
+        let flags = flags.unwrap().join(" ");
+        assert!(flags.contains("--standby-workers 1"), "{flags}");
+        let reference = p.job_flags(&a, false).unwrap().join(" ");
+        assert!(!reference.contains("--standby-workers"), "{reference}");
+        let plan = format!("--scale at={}ms add {}", p.delay.as_millis(), p.victim);
+        assert_eq!(flags.contains(&plan), p.fault == Fault::Join, "{flags}");
+    }
+    assert_eq!(ChaosApp::Lasso.standby_worker(2), "w2");
+    assert_eq!(ChaosApp::PsMf.standby_worker(2), "worker-2");
+}
+
+#[test]
+fn the_changes_a_run_records_are_read_from_strads_and_ps_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |v: serde_json::Value| {
+        std::fs::write(dir.path().join("metrics.json"), v.to_string()).unwrap();
+    };
+    write(serde_json::json!({"balance": {"changes": [
+        {"round": 3, "joined": ["w2"], "left": []}]}}));
+    assert!(membership::change_recorded(dir.path(), Fault::Join));
+    assert!(!membership::change_recorded(dir.path(), Fault::Leave));
+    write(serde_json::json!({"changes": [{"worker": 0, "change": "left", "clock": 5}]}));
+    assert!(membership::change_recorded(dir.path(), Fault::Leave));
+    assert!(!membership::change_recorded(dir.path(), Fault::Join));
+    std::fs::remove_file(dir.path().join("metrics.json")).unwrap();
+    assert!(!membership::change_recorded(dir.path(), Fault::Join));
 }
