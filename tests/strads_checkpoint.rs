@@ -44,7 +44,7 @@ fn manifest_rounds(dir: &Path) -> Vec<u64> {
 
 fn job(out: &Path) -> LassoSettings {
     LassoSettings {
-        max_rounds: 600,
+        max_rounds: 400,
         gap_tolerance: None,
         ..small_lasso(out, 120, 240)
     }

@@ -1,10 +1,12 @@
 // Over 600 lines: the fault schedule, the seven apps' job builders and the recovery checks share one run loop.
 //! `petrel bench chaos`: multi-process jobs of every self-recovering app (`petrel train
 //! lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr`, with checkpoints and
-//! `--max-restarts`) run again and again while a seeded schedule kills, pauses, attacks or
-//! (as root, nodes on emulated hosts) cuts the link of one random node per run. Every run
+//! `--max-restarts`) run again and again while a seeded schedule kills, pauses, attacks,
+//! slows or (as root, nodes on emulated hosts) cuts the link of one random node per run,
+//! or adds or drains a worker of the app's elastic job (`chaos/membership.rs`). Every run
 //! must end with the model of an uninterrupted run (byte for byte; PS apps, which are not
-//! deterministic, within a tolerance), leave no process behind and never hang.
+//! deterministic, and elastic jobs, within a tolerance), leave no process behind and never
+//! hang.
 
 use super::BenchError;
 use crate::common::name_of;

@@ -25,7 +25,7 @@ fn parse_in<A: clap::Args>(flags: &str) -> (tempfile::TempDir, A) {
 #[test]
 fn consistency_quick_runs_every_model_and_respects_the_bounds() {
     let (_dir, a) = parse_in::<consistency::ConsistencyBenchArgs>(
-        "--quick --transport memory --max-seconds 3 --plot-dir {dir} --json-out {dir}/c.json",
+        "--quick --transport memory --max-seconds 1.5 --plot-dir {dir} --json-out {dir}/c.json",
     );
     let f = consistency::measure(&a).unwrap();
     assert!(f.quick);
@@ -133,7 +133,7 @@ fn managed_quick_on_lda_compares_the_three_variants() {
 #[test]
 fn adarevision_quick_runs_each_rule_of_the_grid() {
     let (_dir, a) = parse_in::<adarevision::AdaRevisionBenchArgs>(
-        "--quick --apps lr --max-seconds 2 --delays 0,40 --json-out {dir}/a.json",
+        "--quick --apps lr --max-seconds 1 --delays 0,40 --json-out {dir}/a.json",
     );
     let f = adarevision::measure(&a).unwrap();
     let lr = &f.apps["lr"];
