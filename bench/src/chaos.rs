@@ -1,4 +1,4 @@
-// Over 600 lines: the fault schedule, the seven apps' job builders and the recovery checks share one run loop.
+// Over 600 lines: the fault schedule, the run loop, the strikes and the recovery checks of every fault share one place.
 //! `petrel bench chaos`: multi-process jobs of every self-recovering app (`petrel train
 //! lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr`, with checkpoints and
 //! `--max-restarts`) run again and again while a seeded schedule kills, pauses, attacks,
@@ -10,10 +10,12 @@
 
 use super::BenchError;
 use crate::common::name_of;
-use petrel::netns::{Hosts, LinkShape};
+pub use apps::ChaosApp;
+use apps::Outcome;
+use hostile::{HostileMember, member_attacks};
+use link_cut::{CutRecord, LinkCut, cut_link, link_cut_hosts, placement};
+use petrel::netns::Hosts;
 use petrel::report::{fmt, print_json};
-use petrel::train::p3::processes::Teardown;
-use petrel_net::hostile::Refusal;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -67,191 +69,6 @@ pub struct ChaosBenchArgs {
     pub dir: Option<PathBuf>,
 }
 
-/// An app whose multi-process `petrel train` job checkpoints and restarts by itself.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChaosApp {
-    /// STRADS Lasso (scheduler + workers).
-    Lasso,
-    /// STRADS sparse logistic regression (scheduler + workers).
-    Logistic,
-    /// STRADS CCD++ matrix factorization (scheduler + workers).
-    StradsMf,
-    /// STRADS LDA (scheduler + workers).
-    Lda,
-    /// P3 data-parallel training of an MLP (workers + two shards, shaped links).
-    P3,
-    /// Parameter-server matrix factorization under BSP (workers + two shards).
-    PsMf,
-    /// Parameter-server logistic regression under BSP (workers + two shards).
-    PsLr,
-}
-
-/// What a run's model is compared by: the output files byte for byte, or (PS runs, not
-/// deterministic: shards sum float deltas in arrival order) `metrics.json`'s final figure.
-#[derive(Debug, Clone, PartialEq)]
-enum Outcome {
-    Bytes(Vec<u8>),
-    Figure(f64),
-}
-
-impl ChaosApp {
-    fn name(self) -> String {
-        name_of(&self)
-    }
-
-    /// The job's flags besides workers, restarts and output: small jobs that still write
-    /// several checkpoints.
-    fn job_flags(self, args: &ChaosBenchArgs) -> Vec<String> {
-        let flags = match self {
-            // The default solver (Gauss-Seidel): no scheduled-mode knob, or `auto` would
-            // pick the scheduled mode.
-            ChaosApp::Lasso => format!(
-                "--max-rounds {} --gap-tolerance 0 --checkpoint-every 150 \
-                 --synthetic-samples 150 --synthetic-features 300",
-                args.max_rounds
-            ),
-            ChaosApp::Logistic => "--block-size 8 --candidate-pool 32 --max-rounds 3000 \
-                --checkpoint-every 200 --seed 3 --synthetic-samples 150 --synthetic-features 300"
-                .into(),
-            ChaosApp::StradsMf => "--iterations 80 --seed 1".into(),
-            ChaosApp::Lda => "--iterations 200 --topics 5 --seed 1".into(),
-            // Shaped links (P3) and emulated compute (PS) keep the job going long enough to
-            // be hit mid-way.
-            ChaosApp::P3 => "--net mlp --mode p3 --epochs 4 --width 2 --batch 8 --lr 0.05 \
-                --seed 2 --train-data synthetic:256 --test-data synthetic:64 \
-                --bandwidth-mbit 40 --checkpoint-every 4 --shards 2"
-                .into(),
-            ChaosApp::PsMf => {
-                "--consistency bsp --max-clocks 80 --clock-ms 40 --checkpoint-every 10".into()
-            }
-            ChaosApp::PsLr => {
-                "--consistency bsp --clocks 80 --clock-ms 40 --checkpoint-every 10".into()
-            }
-        };
-        flags.split_whitespace().map(String::from).collect()
-    }
-
-    /// The final figure a run is compared by: PS runs, and the elastic jobs of every app.
-    fn figure(self, elastic: bool) -> Option<Tolerance> {
-        let within = |figure, tolerance, relative| {
-            Some(Tolerance {
-                figure,
-                tolerance,
-                relative,
-            })
-        };
-        // PS runs are not deterministic (shards sum float deltas in arrival order): their
-        // held-out figures, relative to the CLI restart tests' tolerances, and absolute to
-        // the elastic tests' (a change moves the gradient steps per clock). An elastic
-        // STRADS job regroups its sums: its objective, to 1e-6 relative.
-        match (self, elastic) {
-            (ChaosApp::PsMf, _) => within("/final/test_rmse", 0.02, !elastic),
-            (ChaosApp::PsLr, _) => within("/final/test_log_loss", 0.05, !elastic),
-            (_, true) => within("/final_objective", 1e-6, true),
-            (_, false) => None,
-        }
-    }
-
-    /// Whether a run's outcome matches the reference's: `Some(true)` identical bytes,
-    /// `Some(false)` within tolerance only, `None` neither.
-    fn matches(self, elastic: bool, reference: &Outcome, got: &Outcome) -> Option<bool> {
-        match (reference, got, self.figure(elastic)) {
-            (Outcome::Bytes(a), Outcome::Bytes(b), _) => (a == b).then_some(true),
-            (Outcome::Figure(a), Outcome::Figure(b), Some(t)) => t.holds(*a, *b).then_some(false),
-            _ => None,
-        }
-    }
-
-    /// The worker and the server (shard or scheduler) node names.
-    fn roles(self, workers: usize) -> (Vec<String>, Vec<String>) {
-        let (worker, servers): (&str, &[&str]) = match self {
-            ChaosApp::P3 => ("w", &["s0", "s1"]),
-            ChaosApp::PsMf | ChaosApp::PsLr => ("worker-", &["shard-0", "shard-1"]),
-            _ => ("w", &["scheduler"]),
-        };
-        let workers = (0..workers).map(|w| format!("{worker}{w}")).collect();
-        (workers, servers.iter().map(|s| s.to_string()).collect())
-    }
-
-    /// Every node name (a STRADS scheduler first).
-    fn nodes(self, workers: usize) -> Vec<String> {
-        let (workers, servers) = self.roles(workers);
-        match self {
-            ChaosApp::P3 | ChaosApp::PsMf | ChaosApp::PsLr => [workers, servers].concat(),
-            _ => [servers, workers].concat(),
-        }
-    }
-
-    /// (victim, impostor) pairs: the impostor is a node that sends the victim data, so a
-    /// stolen key, were it admitted, would hold up traffic the job needs.
-    fn hostile_pairs(self, workers: usize) -> Vec<(String, String)> {
-        let n = workers.max(2);
-        let (workers, servers) = self.roles(n);
-        let mut pairs: Vec<(String, String)> = Vec::new();
-        for (i, w) in workers.iter().enumerate() {
-            let server = &servers[i % servers.len()];
-            pairs.push((server.clone(), w.clone()));
-            pairs.push((w.clone(), server.clone()));
-            if matches!(self, ChaosApp::StradsMf | ChaosApp::Lda) {
-                // Ring: worker i passes its blocks on to worker i + 1.
-                pairs.push((workers[(i + 1) % n].clone(), w.clone()));
-            }
-        }
-        pairs
-    }
-
-    /// The trained model a run in `out` wrote.
-    fn model(self, out: &Path, elastic: bool) -> Result<Outcome, BenchError> {
-        if let Some(Tolerance { figure, .. }) = self.figure(elastic) {
-            let text = std::fs::read_to_string(out.join("metrics.json"))
-                .map_err(BenchError::io("metrics.json"))?;
-            let metrics: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| BenchError::Incomplete(format!("metrics.json: {e}")))?;
-            return (metrics.pointer(figure).and_then(serde_json::Value::as_f64))
-                .map(Outcome::Figure)
-                .ok_or_else(|| BenchError::Incomplete(format!("no {figure} in metrics.json")));
-        }
-        let files: &[&str] = match self {
-            ChaosApp::PsMf | ChaosApp::PsLr => &[],
-            ChaosApp::Lasso | ChaosApp::Logistic => &["coefficients.tsv"],
-            ChaosApp::StradsMf => &["user_factors.tsv", "item_factors.tsv"],
-            ChaosApp::Lda => &["topic_word.tsv", "topics.txt"],
-            ChaosApp::P3 => &["model.safetensors"],
-        };
-        let mut bytes = Vec::new();
-        for file in files {
-            bytes.extend(std::fs::read(out.join(file)).map_err(BenchError::io("the model"))?);
-        }
-        Ok(Outcome::Bytes(bytes))
-    }
-}
-
-/// A final figure (a JSON pointer into `metrics.json`) and how close a run's must be to
-/// the reference's.
-struct Tolerance {
-    figure: &'static str,
-    tolerance: f64,
-    relative: bool,
-}
-
-impl Tolerance {
-    fn holds(&self, reference: f64, got: f64) -> bool {
-        let scale = if self.relative { reference.abs() } else { 1.0 };
-        (reference - got).abs() <= self.tolerance * scale
-    }
-}
-
-impl std::fmt::Display for Tolerance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = self.figure.rsplit('/').next().unwrap_or(self.figure);
-        match (self.relative, self.tolerance >= 0.01) {
-            (true, true) => write!(f, "{name} within {}%", self.tolerance * 100.0),
-            (true, false) => write!(f, "{name} within {:e} relative", self.tolerance),
-            (false, _) => write!(f, "{name} within {}", self.tolerance),
-        }
-    }
-}
-
 /// What a run does to its victim.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -277,52 +94,6 @@ pub enum Fault {
     Join,
     /// SIGTERM to a worker of the app's elastic job: it drains and leaves.
     Leave,
-}
-
-/// Whether a link cut is shorter than the failure timeout (survived, no restart) or longer
-/// (a death: the cluster restarts from its newest checkpoint).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum CutCase {
-    Short,
-    Long,
-}
-
-/// One planned link cut: its case and its length over the job's failure timeout (read from
-/// the run's `cluster.toml` when it strikes): [0.1, 0.4] short, [1.2, 1.5] long.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct LinkCut {
-    case: CutCase,
-    share: f64,
-}
-
-impl LinkCut {
-    /// The `k`-th link cut of a schedule: short, long, short, …
-    fn nth(k: usize, rng: &mut impl Rng) -> LinkCut {
-        let (case, shares) = if k.is_multiple_of(2) {
-            (CutCase::Short, 0.1..0.4)
-        } else {
-            (CutCase::Long, 1.2..1.5)
-        };
-        let share = rng.gen_range(shares);
-        LinkCut { case, share }
-    }
-
-    fn length(&self, failure_timeout: Duration) -> Duration {
-        failure_timeout.mul_f64(self.share)
-    }
-
-    /// Whether the link may come back: after its length, a long cut only once the job has
-    /// restarted (so a failure detected late still meets a cut link); always once it ended.
-    fn may_restore(
-        &self,
-        down_for: Duration,
-        length: Duration,
-        restarted: bool,
-        ended: bool,
-    ) -> bool {
-        ended || (down_for >= length && (self.case == CutCase::Short || restarted))
-    }
 }
 
 /// What happened in one faulted run.
@@ -355,14 +126,6 @@ impl RunRecord {
             ..RunRecord::default()
         }
     }
-}
-
-/// What a link cut did.
-#[derive(Serialize, Clone, Copy)]
-struct CutRecord {
-    case: CutCase,
-    failure_timeout_s: f64,
-    down_s: f64,
 }
 
 #[derive(Serialize, Default)]
@@ -449,20 +212,6 @@ fn train(
     .stderr(errors)
     .spawn()
     .map_err(BenchError::io("spawn petrel train"))
-}
-
-/// What an armed hostile member logged of each attack (`stall: disconnected (TooSlow) …`).
-fn member_attacks(out: &Path) -> Vec<String> {
-    const SAID: &str = "hostile member attacked: ";
-    [stdout_file(out), out.with_extension("stderr")]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .flat_map(|text| {
-            // The log line's fields (` node=… victim=…`) follow the message.
-            let said = |l: &str| Some(l.split_once(SAID)?.1.split(" node=").next()?.to_string());
-            text.lines().filter_map(said).collect::<Vec<_>>()
-        })
-        .collect()
 }
 
 /// Where a run's stdout goes (stderr beside it).
@@ -552,254 +301,6 @@ fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchErr
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// A thread that attacks the victim with a stolen certificate until [`HostileMember::stop`].
-struct HostileMember {
-    stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<HostileOutcome>,
-}
-
-/// What became of a hostile member.
-#[derive(Debug, Default)]
-struct HostileOutcome {
-    attempts: usize,
-    connected: usize,
-    refused: usize,
-    disconnected: usize,
-    /// A connection still held open when the job ended.
-    held: bool,
-    /// The last failure that was not a refusal.
-    error: Option<String>,
-}
-
-impl HostileOutcome {
-    fn record(&mut self, why: Option<Refusal>) {
-        match why {
-            Some(Refusal::StolenKey) => self.refused += 1,
-            Some(Refusal::Hoarding | Refusal::TooSlow) => self.disconnected += 1,
-            Some(Refusal::Impostor) | None => {}
-        }
-    }
-
-    fn label(&self) -> String {
-        let mut parts = vec![format!("refused {}/{}", self.refused, self.attempts)];
-        if self.disconnected > 0 {
-            parts.push(format!("disconnected {}", self.disconnected));
-        }
-        if self.held {
-            parts.push("held to the end".into());
-        }
-        if let Some(e) = &self.error {
-            parts.push(e.clone());
-        }
-        format!(" ({})", parts.join(", "))
-    }
-}
-
-impl HostileMember {
-    /// Attacks `victim` with the certificate of `impostor`, from the run's `cluster.toml`.
-    fn start(out: &Path, victim: &str, impostor: &str) -> Result<HostileMember, BenchError> {
-        let settings = run_settings(out)?;
-        let nodes = &settings.nodes;
-        let node = |name: &str| {
-            (nodes.iter().position(|n| n.name == name))
-                .ok_or_else(|| BenchError::Incomplete(format!("no node {name} in the run")))
-        };
-        let to: std::net::SocketAddr = nodes[node(victim)?]
-            .addr
-            .parse()
-            .map_err(|e| BenchError::Incomplete(format!("{victim}'s address: {e}")))?;
-        let impostor = node(impostor)?;
-        let certs = settings
-            .cluster
-            .certs_dir
-            .clone()
-            .ok_or_else(|| BenchError::Incomplete("the run has no certs_dir".into()))?;
-        let creds = petrel_net::ClusterCredentials::load(&certs, &nodes[impostor].name)
-            .map_err(|e| BenchError::Incomplete(format!("a member's certificate: {e}")))?;
-        let net = settings.net.clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        let thread = std::thread::spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    return HostileOutcome {
-                        error: Some(e.to_string()),
-                        ..HostileOutcome::default()
-                    };
-                }
-            };
-            runtime.block_on(attack(creds, net, to, impostor as u32, stopped))
-        });
-        Ok(HostileMember { stop, thread })
-    }
-
-    fn stop(self) -> HostileOutcome {
-        let _ = self.stop.send(());
-        self.thread.join().unwrap_or_else(|_| HostileOutcome {
-            error: Some("the hostile member's thread panicked".into()),
-            ..HostileOutcome::default()
-        })
-    }
-}
-
-/// Connects as `from`, opens five stalled 60 MiB frames, holds them until the victim
-/// closes the connection, and comes back 200 ms later, until `stopped`.
-async fn attack(
-    creds: petrel_net::ClusterCredentials,
-    net: petrel_net::NetConfig,
-    to: std::net::SocketAddr,
-    from: u32,
-    mut stopped: tokio::sync::oneshot::Receiver<()>,
-) -> HostileOutcome {
-    use petrel_net::hostile::{
-        StalledFrames, connect_as_member, open_stalled_frames, refusal, refusal_of,
-    };
-    let mut outcome = HostileOutcome::default();
-    loop {
-        let connected = tokio::select! {
-            c = connect_as_member(&creds, &net, to) => c,
-            _ = &mut stopped => return outcome,
-        };
-        outcome.attempts += 1;
-        match connected {
-            Err(e) => match refusal_of(&e) {
-                Some(why) => outcome.record(Some(why)),
-                None => outcome.error = Some(e.to_string()),
-            },
-            Ok((_endpoint, conn)) => {
-                outcome.connected += 1;
-                let frames = tokio::select! {
-                    f = open_stalled_frames(&conn, from, StalledFrames::FIVE_OF_60_MIB) => f,
-                    _ = &mut stopped => {
-                        outcome.held = conn.close_reason().is_none();
-                        return outcome;
-                    }
-                };
-                tokio::select! {
-                    closed = conn.closed() => outcome.record(refusal(&closed)),
-                    _ = &mut stopped => {
-                        outcome.held = frames.is_ok() && conn.close_reason().is_none();
-                        return outcome;
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            _ = &mut stopped => return outcome,
-        }
-    }
-}
-
-/// Where a run's nodes go: on 127.0.0.1 (`Ok(None)`), one per emulated host for a link
-/// cut, or nowhere (`Err`: why the run is skipped).
-fn placement<'a>(
-    link_cut: bool,
-    hosts: Option<&'a Hosts>,
-    link_cuts: Option<&str>,
-) -> Result<Option<&'a Hosts>, String> {
-    if !link_cut {
-        return Ok(None);
-    }
-    hosts.map(Some).ok_or_else(|| {
-        link_cuts
-            .and_then(|l| l.strip_prefix("skipped: "))
-            .unwrap_or("no emulated hosts")
-            .to_string()
-    })
-}
-
-/// The link cuts' emulated hosts, one per node of the largest job, and what the JSON says
-/// of them: `netns <prefix>`, or `skipped: <why>` without root.
-fn link_cut_hosts(
-    args: &ChaosBenchArgs,
-    plan: &[Planned],
-) -> Result<(Option<Teardown>, Option<String>), BenchError> {
-    if !plan.iter().any(|p| p.fault == Fault::LinkCut) {
-        return Ok((None, None));
-    }
-    if let Err(why) = petrel::netns::available() {
-        return Ok((None, Some(format!("skipped: {why}"))));
-    }
-    let count = args
-        .apps
-        .iter()
-        .map(|a| a.nodes(args.workers).len())
-        .max()
-        .unwrap_or(1);
-    // Unique to this process; interface names (`<prefix><i>a`) stay within 15 bytes.
-    let prefix = format!("pc{}", std::process::id() % 100_000);
-    let hosts = Hosts::up(&prefix, count, &LinkShape::default())
-        .map_err(|e| BenchError::Incomplete(format!("the link cuts' hosts: {e}")))?;
-    Ok((Some(Teardown(hosts)), Some(format!("netns {prefix}"))))
-}
-
-/// Brings a cut link back up when dropped (also on error).
-struct LinkGuard<'a> {
-    hosts: &'a Hosts,
-    host: usize,
-}
-
-impl Drop for LinkGuard<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.hosts.set_link(self.host, true) {
-            tracing::warn!(error = %e, host = self.host, "could not restore a cut link");
-        }
-    }
-}
-
-/// The settings of the run in `out` (its `run/cluster.toml`).
-fn run_settings(out: &Path) -> Result<petrel_actors::Settings, BenchError> {
-    petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
-        .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))
-}
-
-/// Whether a job's stdout says its first restart has begun (`<app>: restart 1 …`).
-fn restart_begun(stdout: &str) -> bool {
-    stdout.lines().any(|l| l.contains(": restart 1 "))
-}
-
-/// Cuts the link of `victim`'s host (node `i` is on host `i`) until
-/// [`LinkCut::may_restore`] or `deadline`.
-fn cut_link(
-    hosts: &Hosts,
-    out: &Path,
-    victim: &str,
-    cut: LinkCut,
-    child: &mut Child,
-    deadline: Instant,
-) -> Result<Option<CutRecord>, BenchError> {
-    let settings = run_settings(out)?;
-    let Some(host) = settings.nodes.iter().position(|n| n.name == victim) else {
-        return Ok(None);
-    };
-    let timeout = Duration::from_millis(settings.cluster.failure_timeout_ms);
-    let length = cut.length(timeout);
-    hosts
-        .set_link(host, false)
-        .map_err(|e| BenchError::Incomplete(format!("cutting {victim}'s link: {e}")))?;
-    let guard = LinkGuard { hosts, host };
-    let down = Instant::now();
-    loop {
-        let ended = child.try_wait().map_err(BenchError::io("wait"))?.is_some()
-            || Instant::now() > deadline;
-        let restarted = std::fs::read_to_string(stdout_file(out)).is_ok_and(|s| restart_begun(&s));
-        if cut.may_restore(down.elapsed(), length, restarted, ended) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(guard);
-    Ok(Some(CutRecord {
-        case: cut.case,
-        failure_timeout_s: timeout.as_secs_f64(),
-        down_s: down.elapsed().as_secs_f64(),
-    }))
 }
 
 /// One faulted run of the seeded schedule.
@@ -1191,6 +692,9 @@ fn record_run(
     );
 }
 
+mod apps;
+mod hostile;
+mod link_cut;
 mod membership;
 #[cfg(test)]
 mod tests;

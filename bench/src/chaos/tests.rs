@@ -1,3 +1,4 @@
+use super::link_cut::{CutCase, restart_begun};
 use super::*;
 
 #[test]
