@@ -1,3 +1,4 @@
+use super::linear::sigmoid;
 use super::*;
 
 fn linear(task: LinearTask) -> SavedModel {
