@@ -80,13 +80,11 @@ impl Roster {
 
     /// `worker` died: its work cannot be handed over. A joiner that died never joins (one
     /// whose change's round is in flight is lost once that change made it a worker); a
-    /// node that is no worker changes nothing.
-    pub fn lose(&mut self, worker: &str) {
+    /// node that is no worker changes nothing. Whether it is news.
+    pub fn lose(&mut self, worker: &str) -> bool {
         let joiner = self.joining.remove(worker);
         self.leaving.remove(worker);
-        if joiner || self.workers.iter().any(|w| w == worker) {
-            self.lost.insert(worker.to_string());
-        }
+        (joiner || self.workers.iter().any(|w| w == worker)) && self.lost.insert(worker.to_string())
     }
 
     /// The workers that died.
@@ -212,8 +210,9 @@ mod tests {
         let mut r = Roster::new(names(&["w0", "w1", "w2"]));
         r.announce("w3".into(), false);
         r.announce("w1".into(), true);
-        r.lose("w1");
-        r.lose("w9");
+        assert!(r.lose("w1"));
+        assert!(!r.lose("w1"));
+        assert!(!r.lose("w9"));
         assert!(r.pending());
         assert_eq!(r.stranded(), None);
         let change = r.reshape(&names(&["w0", "w2", "w3"])).unwrap();

@@ -187,8 +187,9 @@ impl ElasticWorkers {
             .cloned()
             .collect();
         for w in dead {
-            tracing::warn!(worker = %w, "strads worker died; its rows go to the others");
-            self.roster.lose(&w);
+            if self.roster.lose(&w) {
+                tracing::warn!(worker = %w, "strads worker died; its rows go to the others");
+            }
         }
         Ok(self.in_flight.is_none() && self.roster.pending())
     }
@@ -217,8 +218,9 @@ impl ElasticWorkers {
     pub(crate) fn died(&mut self, error: &StradsError) -> Option<String> {
         let members = self.ctx.members_with_role(self.role);
         let dead = departed(error, &self.sent_to, &members)?;
-        tracing::warn!(worker = %dead, %error, "strads worker died; the rounds in flight are redone without it");
-        self.roster.lose(&dead);
+        if self.roster.lose(&dead) {
+            tracing::warn!(worker = %dead, %error, "strads worker died; its rows go to the others");
+        }
         Some(dead)
     }
 
