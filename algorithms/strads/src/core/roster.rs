@@ -158,10 +158,11 @@ impl Roster {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn names(n: &[&str]) -> Vec<String> {
+    /// Node names.
+    pub(crate) fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
     }
 

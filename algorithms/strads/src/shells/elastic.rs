@@ -296,10 +296,7 @@ impl WorkerExit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn names(n: &[&str]) -> Vec<String> {
-        n.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::core::roster::tests::names;
 
     #[test]
     fn a_request_to_a_worker_that_left_is_a_death_and_other_failures_are_the_jobs() {
