@@ -2,9 +2,12 @@
 //! leaving mid-run (`petrel train lasso --standby-workers 1 --scale ...`), on threads and
 //! on processes: the same objective as the fixed-membership run to 1e-6, the join and the
 //! leave in `metrics.json`, no node process left behind; so does logistic regression,
-//! which shares the dealing. Apps that keep a fixed membership refuse the flags.
+//! which shares the dealing. Under `--on-node-death leave` a killed worker is a leave whose
+//! rows the others rebuild. Apps that keep a fixed membership refuse the flags.
 
-use crate::common::{alive, children_of, metrics, petrel_cmd};
+use crate::common::{
+    alive, catches_signal, child_process, children_of, metrics, petrel_cmd, signal, wait_until,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -111,6 +114,67 @@ fn survives_a_join_and_a_leave(app: &str, transports: &[&str]) {
         let left: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
         assert!(left.is_empty(), "{transport}: orphans {left:?}");
     }
+}
+
+/// Under `--on-node-death leave`, SIGKILL to worker `w1`'s process mid-run is a leave:
+/// the rounds in flight to it are redone, its rows go to `w0` (rebuilt from the committed
+/// coefficients), and the Lasso stops at the fixed run's objective (to 1e-6, its gap
+/// stop); `metrics.json` names `w1` as died; no node process is left. The death is noticed
+/// after the failure timeout (10 s), most of the test's time.
+#[test]
+fn the_scheduled_lasso_takes_a_killed_worker_as_a_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, _) = train("lasso", &dir.path().join("fixed"), "memory", &[]);
+    let out = dir.path().join("killed");
+    let mut child = petrel_cmd(["train", "lasso", "--out", out.to_str().unwrap()])
+        .args(["--transport", "processes", "--on-node-death", "leave"])
+        .args(JOB.split_whitespace())
+        .args(stop("lasso").split_whitespace())
+        // A slow w0 keeps the run going past the kill.
+        .args(["--straggler", "0", "--straggler-factor", "3"])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let w1 = child_process(child.id(), "w1").expect("w1's process");
+    wait_until(Duration::from_secs(20), "w1 starts", || {
+        catches_signal(w1, 15)
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    let mut nodes: BTreeSet<u32> = children_of(child.id()).into_iter().collect();
+    assert!(signal(w1, "KILL"), "SIGKILL to w1");
+    let status = loop {
+        nodes.extend(children_of(child.id()));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "petrel train lasso with w1 killed: {status}"
+    );
+    let m = metrics(&out);
+    let changes = m["balance"]["changes"].as_array().unwrap();
+    let died = changes
+        .iter()
+        .find(|c| c["died"] == serde_json::json!(["w1"]));
+    let Some(died) = died else {
+        panic!("no death of w1: {changes:?}");
+    };
+    assert_eq!(died["left"], serde_json::json!(["w1"]), "{died}");
+    assert_eq!(died["workers"], serde_json::json!(["w0"]), "{died}");
+    assert_eq!(m["balance"]["rows"], serde_json::json!([300]), "{m}");
+    let (objective, killed) = (
+        fixed["final_objective"].as_f64().unwrap(),
+        m["final_objective"].as_f64().unwrap(),
+    );
+    assert!(
+        (killed - objective).abs() <= 1e-6 * objective.abs(),
+        "objective {killed} against {objective} with a fixed membership"
+    );
+    let left: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "orphans {left:?}");
 }
 
 #[test]

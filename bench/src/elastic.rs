@@ -219,6 +219,7 @@ fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
     let membership = Membership {
         standby_workers: 1,
         scale: Some(args.plan.clone()),
+        ..Membership::default()
     };
     let elastic = run_app(args, app, membership)?;
     let orphans = orphans(args.transport);

@@ -13,7 +13,7 @@ pub mod saved;
 
 use crate::CliError;
 use crate::launcher::{LaunchMode, NodePeak};
-use petrel_actors::{JobTransport, Settings, Topology};
+use petrel_actors::{JobTransport, OnNodeDeath, Settings, Topology};
 use petrel_ml::job::InvalidSetting;
 use petrel_ps::PsApp;
 use petrel_strads::StradsJob;
@@ -82,6 +82,11 @@ pub struct ClusterArgs {
     /// standby workers start and members drain and leave at those times.
     #[arg(long, value_name = "PLAN")]
     pub scale: Option<String>,
+    /// What a node's death does (`[cluster] on_node_death`): `fail` stops the job; `leave`
+    /// takes a dead worker as having left, and the others take its rows. Like
+    /// --standby-workers, only for a job that takes joins and leaves.
+    #[arg(long, value_enum, default_value_t = OnNodeDeath::Fail)]
+    pub on_node_death: OnNodeDeath,
 }
 
 /// The changes of a job's workers while it runs: standby workers and the scale plan.
@@ -91,6 +96,8 @@ pub struct Membership {
     pub standby_workers: usize,
     /// `[cluster] scale`.
     pub scale: Option<String>,
+    /// `[cluster] on_node_death`.
+    pub on_node_death: OnNodeDeath,
 }
 
 impl Membership {
@@ -104,13 +111,14 @@ impl Membership {
         let m = Membership {
             standby_workers: c.standby_workers,
             scale: c.scale.clone(),
+            on_node_death: c.on_node_death,
         };
         if m == Membership::default() {
             return Ok(m);
         }
         if transport.is_none() || !A::elastic(job) {
             return Err(CliError::Usage(format!(
-                "--standby-workers and --scale: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` on a cluster)",
+                "--standby-workers, --scale and --on-node-death leave: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` on a cluster)",
                 A::NAME
             )));
         }
@@ -231,6 +239,7 @@ where
     Ok(topo
         .with(|s| {
             s.cluster.scale.clone_from(&membership.scale);
+            s.cluster.on_node_death = membership.on_node_death;
             s.app.insert(J::SECTION.into(), value);
             s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
             // A 2 s silence on a loaded machine is not a failure.
@@ -516,6 +525,7 @@ fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option
         "dashboard",
         "standby_workers",
         "scale",
+        "on_node_death",
     ]
     .iter()
     .any(|flag| given.contains(*flag));

@@ -568,13 +568,14 @@ impl Schedule<LogisticApp> for LogisticScheduling {
     }
 
     /// With `balance = "dynamic"`, a deal round over the changed workers (joiners get the
-    /// coefficients); nothing from the final measuring round on.
+    /// coefficients); nothing from the final measuring round on, unless a worker died (its
+    /// rows need an owner).
     fn reshape(
         &mut self,
         round: u64,
         change: &crate::core::roster::Reshape,
     ) -> Result<Option<Step<LogisticTask>>, StradsModelError> {
-        if self.s.scheduled >= self.max_rounds {
+        if self.s.scheduled >= self.max_rounds && change.lost.is_empty() {
             return Ok(None);
         }
         let model = (self.committed.as_slice(), self.s.l1_after.len() as u64 - 1);
@@ -588,6 +589,20 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         })?;
         self.in_flight.push_back((round, None));
         Ok(Some(step))
+    }
+
+    /// Forgets the given-up rounds: an update (or the final measuring round) is
+    /// scheduled again, a change's deal is not recorded.
+    fn lost(&mut self, rounds: &[u64]) -> Result<(), StradsModelError> {
+        let kinds = crate::core::take_lost(&mut self.in_flight, rounds)?;
+        for (round, vars) in rounds.iter().zip(kinds) {
+            match (vars, &mut self.dealer) {
+                (Some(_), _) => self.s.scheduled = self.s.scheduled.saturating_sub(1),
+                (None, Some(dealer)) => dealer.forget_change(*round),
+                (None, None) => {}
+            }
+        }
+        Ok(())
     }
 }
 

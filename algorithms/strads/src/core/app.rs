@@ -146,6 +146,16 @@ pub trait Schedule<A: StradsApp> {
             "round {round}: this app keeps a fixed membership (no joins or leaves)"
         )))
     }
+
+    /// `rounds` (oldest first, all that were in flight) are given up: a worker they went
+    /// to died. The app forgets them as if never scheduled (their work is scheduled again
+    /// after the change that deals the dead worker's share to the others). The default
+    /// refuses: the app keeps a fixed membership.
+    fn lost(&mut self, rounds: &[u64]) -> Result<(), StradsModelError> {
+        Err(StradsModelError::InvalidConfig(format!(
+            "rounds {rounds:?}: a worker died and this app keeps a fixed membership"
+        )))
+    }
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.

@@ -327,7 +327,8 @@ impl RowDealer {
         self.changes.push(WorkerChange {
             round,
             joined: change.joining().iter().map(|w| w.to_string()).collect(),
-            left: change.leaving().to_vec(),
+            left: [change.leaving(), &change.lost].concat(),
+            died: change.lost.clone(),
             workers: change.staying().to_vec(),
             rows: self.balancer.shares().to_vec(),
         });
@@ -335,6 +336,12 @@ impl RowDealer {
         ranges.extend(change.leaving().iter().map(|_| total..total));
         tracing::info!(round, rows = ?self.balancer.shares(), "rows dealt over the changed workers");
         Ok(ranges)
+    }
+
+    /// The change's round `round` was given up (a worker died while it ran): it is not
+    /// recorded; the next change deals the rows again.
+    pub fn forget_change(&mut self, round: u64) {
+        self.changes.retain(|c| c.round != round);
     }
 }
 
@@ -348,6 +355,10 @@ pub struct WorkerChange {
     pub joined: Vec<String>,
     /// Workers that left.
     pub left: Vec<String>,
+    /// Which of them died (`on_node_death = "leave"`): their rows were rebuilt by the
+    /// others, not handed over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub died: Vec<String>,
     /// The workers after it, in worker order.
     pub workers: Vec<String>,
     /// Rows of each of them.

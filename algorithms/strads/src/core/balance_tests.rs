@@ -163,6 +163,30 @@ fn a_change_deals_evenly_over_the_staying_workers_and_nothing_to_the_leavers() {
 }
 
 #[test]
+fn a_dead_workers_rows_go_to_the_others_and_a_given_up_change_is_not_recorded() {
+    use crate::core::roster::Roster;
+    let mut dealer = RowDealer::of(true, 90, 3).unwrap().unwrap();
+    let mut roster = Roster::new(vec!["w0".into(), "w1".into(), "w2".into()]);
+    roster.lose("w1");
+    let change = roster.reshape(&["w0".into(), "w2".into()]).unwrap();
+    // Given up (another death during its round): nothing recorded.
+    dealer.reshape(3, &change).unwrap();
+    dealer.forget_change(3);
+    assert!(dealer.report().changes.is_empty());
+    let ranges = dealer.reshape(4, &change).unwrap();
+    // The dead worker gets no task: only the two survivors, all 90 rows between them.
+    assert_eq!(ranges, vec![0..45, 45..90]);
+    let report = dealer.report();
+    assert_eq!(report.changes.len(), 1);
+    assert_eq!(report.changes[0].left, vec!["w1".to_string()]);
+    assert_eq!(report.changes[0].died, vec!["w1".to_string()]);
+    assert_eq!(
+        report.changes[0].workers,
+        vec!["w0".to_string(), "w2".to_string()]
+    );
+}
+
+#[test]
 fn the_deal_order_makes_each_static_share_one_range() {
     let doc_worker = [1, 0, 2, 0, 1, 2, 0];
     let order = deal_order(&doc_worker);

@@ -220,6 +220,21 @@ pub fn pop_in_flight<T>(
     }
 }
 
+/// The rounds given up after a worker died ([`crate::core::app::Schedule::lost`]): all
+/// of `in_flight`, which must be `rounds`, taken out.
+pub fn take_lost<T>(
+    in_flight: &mut std::collections::VecDeque<(u64, T)>,
+    rounds: &[u64],
+) -> Result<Vec<T>, StradsModelError> {
+    let ours: Vec<u64> = in_flight.iter().map(|(r, _)| *r).collect();
+    if ours != rounds {
+        return Err(StradsModelError::protocol(format!(
+            "rounds {rounds:?} given up, {ours:?} in flight"
+        )));
+    }
+    Ok(in_flight.drain(..).map(|(_, item)| item).collect())
+}
+
 /// A scheduler or worker half checkpoints only between rounds: refuses while `busy` (a
 /// round in flight).
 pub fn check_drained(busy: bool) -> Result<(), StradsModelError> {

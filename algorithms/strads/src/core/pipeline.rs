@@ -108,6 +108,16 @@ impl PipelineCore {
         self.next_commit += 1;
         Ok(())
     }
+
+    /// The rounds in flight are given up (a worker they went to died): returns them,
+    /// oldest first. Their numbers are not used again, and the app schedules afresh (a
+    /// `Done` it said is forgotten: the given-up rounds' work is still to do).
+    pub fn abandon(&mut self) -> Vec<u64> {
+        let rounds = (self.next_commit..self.next_round).collect();
+        self.next_commit = self.next_round;
+        self.done = false;
+        rounds
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +154,22 @@ mod tests {
         assert!(core.must_await(true));
         assert!(!core.must_await(false));
         assert_eq!(core.next_action_after(true), PipelineAction::AwaitOldest);
+    }
+
+    #[test]
+    fn abandoned_rounds_are_not_awaited_and_their_numbers_are_not_reused() {
+        let mut core = PipelineCore::new(3);
+        for _ in 0..3 {
+            core.scheduled(&Step::Run(Plan::All(()))).unwrap();
+        }
+        core.committed(0).unwrap();
+        core.scheduled::<()>(&Step::Done).unwrap();
+        assert_eq!(core.abandon(), vec![1, 2]);
+        assert_eq!(core.in_flight(), 0);
+        // The app schedules again from the next number.
+        assert_eq!(core.next_action(), PipelineAction::Schedule(3));
+        assert!(core.committed(1).is_err());
+        assert_eq!(core.abandon(), Vec::<u64>::new());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! themselves once their worker half is ready, leavers once they were asked to leave, and
 //! at a round boundary with nothing in flight the scheduler turns the announcements into
 //! one [`Reshape`]: the workers that stay (in their order, joiners after them), and the
-//! leavers, who are dealt nothing in that round and then drop out.
+//! leavers, who are dealt nothing in that round and then drop out. A worker that died
+//! (`on_node_death = "leave"`) is lost: it is dealt nothing, not even the change's round,
+//! and its share goes to the staying workers, who rebuild it from their data.
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,7 @@ pub struct Roster {
     workers: Vec<String>,
     joining: BTreeSet<String>,
     leaving: BTreeSet<String>,
+    lost: BTreeSet<String>,
 }
 
 /// A change of the worker list, applied by one round dealt to `dealt`.
@@ -23,6 +26,8 @@ pub struct Reshape {
     pub staying: usize,
     /// Which of `dealt` joined with this change (they need the model so far).
     pub joined: Vec<bool>,
+    /// Workers that died: not dealt, their work goes to the staying ones.
+    pub lost: Vec<String>,
 }
 
 impl Reshape {
@@ -73,23 +78,53 @@ impl Roster {
         }
     }
 
+    /// `worker` died: its work cannot be handed over. A joiner that died never joins (one
+    /// whose change's round is in flight is lost once that change made it a worker); a
+    /// node that is no worker changes nothing. Whether it is news.
+    pub fn lose(&mut self, worker: &str) -> bool {
+        let joiner = self.joining.remove(worker);
+        self.leaving.remove(worker);
+        (joiner || self.workers.iter().any(|w| w == worker)) && self.lost.insert(worker.to_string())
+    }
+
+    /// The workers that died.
+    fn dead(&self) -> Vec<String> {
+        (self.workers.iter())
+            .filter(|w| self.lost.contains(*w))
+            .cloned()
+            .collect()
+    }
+
     /// Whether a change waits for the next round boundary with nothing in flight.
     pub fn pending(&self) -> bool {
-        !self.joining.is_empty() || !self.leaving.is_empty()
+        !self.joining.is_empty() || !self.leaving.is_empty() || !self.dead().is_empty()
+    }
+
+    /// The workers that died, when no worker is left to take their work (no joiner is
+    /// waiting and every other worker died or leaves): the job cannot go on.
+    pub fn stranded(&self) -> Option<Vec<String>> {
+        let alive = self
+            .workers
+            .iter()
+            .any(|w| !self.lost.contains(w) && !self.leaving.contains(w));
+        let dead = self.dead();
+        (!dead.is_empty() && !alive && self.joining.is_empty()).then_some(dead)
     }
 
     /// The change to make now, or none. A leave that would leave no worker waits for a
     /// joiner. Joiners that are no longer `members` (they left again) are dropped.
     pub fn reshape(&mut self, members: &[String]) -> Option<Reshape> {
         self.joining.retain(|w| members.contains(w));
+        // A joiner that died before its change is no worker to deal around.
+        let workers = &self.workers;
+        self.lost.retain(|w| workers.contains(w));
         if !self.pending() {
             return None;
         }
-        let (mut stay, leave): (Vec<String>, Vec<String>) = self
-            .workers
-            .iter()
-            .cloned()
-            .partition(|w| !self.leaving.contains(w));
+        let (lost, alive): (Vec<String>, Vec<String>) =
+            (self.workers.iter().cloned()).partition(|w| self.lost.contains(w));
+        let (mut stay, leave): (Vec<String>, Vec<String>) =
+            alive.into_iter().partition(|w| !self.leaving.contains(w));
         let kept = stay.len();
         stay.extend(self.joining.iter().cloned());
         if stay.is_empty() {
@@ -104,24 +139,30 @@ impl Roster {
             dealt: stay,
             staying,
             joined,
+            lost,
         })
     }
 
-    /// The change's round committed: its staying workers are the workers now.
+    /// The change's round committed: its staying workers are the workers now (a worker
+    /// that died while it ran stays lost, for the next change).
     pub fn adopt(&mut self, change: &Reshape) {
         self.workers = change.staying().to_vec();
         for w in change.dealt.iter() {
             self.joining.remove(w);
             self.leaving.remove(w);
         }
+        for w in &change.lost {
+            self.lost.remove(w);
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn names(n: &[&str]) -> Vec<String> {
+    /// Node names.
+    pub(crate) fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
     }
 
@@ -163,5 +204,56 @@ mod tests {
         r.announce("w1".into(), false);
         let change = r.reshape(&names(&["w0", "w1"])).unwrap();
         assert_eq!(change.dealt, names(&["w0", "w1"]));
+    }
+
+    #[test]
+    fn a_dead_worker_is_dealt_nothing_and_its_work_goes_to_the_others() {
+        let mut r = Roster::new(names(&["w0", "w1", "w2"]));
+        r.announce("w3".into(), false);
+        r.announce("w1".into(), true);
+        assert!(r.lose("w1"));
+        assert!(!r.lose("w1"));
+        assert!(!r.lose("w9"));
+        assert!(r.pending());
+        assert_eq!(r.stranded(), None);
+        let change = r.reshape(&names(&["w0", "w2", "w3"])).unwrap();
+        // The dead leaver is neither dealt the change's round nor staying.
+        assert_eq!(change.dealt, names(&["w0", "w2", "w3"]));
+        assert_eq!(change.staying(), change.dealt.as_slice());
+        assert_eq!(change.lost, names(&["w1"]));
+        assert_eq!(change.joining(), vec!["w3"]);
+        r.adopt(&change);
+        assert_eq!(r.workers(), names(&["w0", "w2", "w3"]).as_slice());
+        assert!(!r.pending());
+    }
+
+    #[test]
+    fn a_death_during_a_change_stays_for_the_next_one_and_the_last_death_strands_the_job() {
+        let mut r = Roster::new(names(&["w0", "w1"]));
+        r.announce("w2".into(), false);
+        let change = r.reshape(&names(&["w0", "w1", "w2"])).unwrap();
+        // w2 dies while the change's round runs: it is lost after the commit.
+        r.lose("w2");
+        r.adopt(&change);
+        assert_eq!(r.workers(), names(&["w0", "w1", "w2"]).as_slice());
+        let change = r.reshape(&names(&["w0", "w1"])).unwrap();
+        assert_eq!(
+            (change.dealt.clone(), change.lost.clone()),
+            (names(&["w0", "w1"]), names(&["w2"]))
+        );
+        r.adopt(&change);
+        // The last worker dies while the other leaves: nobody can take the work.
+        r.announce("w0".into(), true);
+        r.lose("w1");
+        assert_eq!(r.reshape(&names(&["w0"])), None);
+        assert_eq!(r.stranded(), Some(names(&["w1"])));
+        // A joiner can; one that died before its change is forgotten.
+        r.announce("w6".into(), false);
+        r.lose("w6");
+        r.announce("w5".into(), false);
+        assert_eq!(r.stranded(), None);
+        let change = r.reshape(&names(&["w0", "w5"])).unwrap();
+        assert_eq!(change.dealt, names(&["w5", "w0"]));
+        assert_eq!(change.staying(), names(&["w5"]).as_slice());
     }
 }

@@ -4,13 +4,15 @@
 //! barrier, which a joiner arriving during start-up would hold up), the scheduler loop's
 //! side of a change
 //! ([`ElasticWorkers`], decisions in [`Roster`]) and the worker's release (a leaver that
-//! holds no work after a change's commit may go).
+//! holds no work after a change's commit may go). A worker that died (`on_node_death =
+//! "leave"`) is lost: the rounds in flight are given up and its share is dealt to the
+//! others ([`departed`] tells a death from a failure).
 
 use crate::core::roster::{Reshape, Roster};
 use crate::error::StradsError;
 use actix::prelude::*;
 use petrel_actors::address::Msg;
-use petrel_actors::error::{HandlerError, NodeError};
+use petrel_actors::error::{AskError, HandlerError, NodeError};
 use petrel_actors::{Node, NodeContext, Settings};
 use petrel_messages::RemoteMessage;
 use serde::{Deserialize, Serialize};
@@ -78,6 +80,9 @@ pub struct ElasticWorkers {
     roster: Roster,
     inbox: Inbox,
     in_flight: Option<(u64, Reshape)>,
+    /// The workers the rounds go to, in worker order (a change's round goes to its
+    /// leavers too).
+    sent_to: Vec<String>,
     changes: u64,
     /// Workers that announced themselves ready.
     ready: BTreeSet<String>,
@@ -100,6 +105,7 @@ impl ElasticWorkers {
         Ok(ElasticWorkers {
             ctx: ctx.clone(),
             role,
+            sent_to: workers.clone(),
             roster: Roster::new(workers),
             inbox,
             in_flight: None,
@@ -171,21 +177,57 @@ impl ElasticWorkers {
         self.role
     }
 
-    /// Whether a change waits for a round boundary with nothing in flight.
+    /// Whether a change waits for a round boundary with nothing in flight. A worker that
+    /// is no member any more died (a leaver is a member until its change committed).
     pub(crate) fn pending(&mut self) -> Result<bool, StradsError> {
         self.take_notices()?;
+        let members = self.ctx.members_with_role(self.role);
+        let dead: Vec<String> = (self.roster.workers().iter())
+            .filter(|w| !members.contains(w))
+            .cloned()
+            .collect();
+        for w in dead {
+            if self.roster.lose(&w) {
+                tracing::warn!(worker = %w, "strads worker died; its rows go to the others");
+            }
+        }
         Ok(self.in_flight.is_none() && self.roster.pending())
     }
 
-    /// The change to make now (nothing in flight), against the current members.
-    pub(crate) fn reshape(&mut self) -> Option<Reshape> {
+    /// The change to make now (nothing in flight), against the current members; an error
+    /// when workers died and none is left to take their work.
+    pub(crate) fn reshape(&mut self) -> Result<Option<Reshape>, StradsError> {
         let members = self.ctx.members_with_role(self.role);
-        self.roster.reshape(&members)
+        let change = self.roster.reshape(&members);
+        match self.roster.stranded() {
+            Some(dead) if change.is_none() => Err(NodeError::Config(format!(
+                "workers {dead:?} died and no worker is left to take their rows"
+            ))
+            .into()),
+            _ => Ok(change),
+        }
     }
 
     /// The change's round `round` was dispatched.
     pub(crate) fn dispatched(&mut self, round: u64, change: Reshape) {
+        self.sent_to.clone_from(&change.dealt);
         self.in_flight = Some((round, change));
+    }
+
+    /// `error` failed a round: the worker it names, when it died (it is then lost).
+    pub(crate) fn died(&mut self, error: &StradsError) -> Option<String> {
+        let members = self.ctx.members_with_role(self.role);
+        let dead = departed(error, &self.sent_to, &members)?;
+        if self.roster.lose(&dead) {
+            tracing::warn!(worker = %dead, %error, "strads worker died; its rows go to the others");
+        }
+        Some(dead)
+    }
+
+    /// The rounds in flight were given up: a change among them did not happen.
+    pub(crate) fn abandoned(&mut self) {
+        self.in_flight = None;
+        self.sent_to = self.roster.workers().to_vec();
     }
 
     /// Round `round` committed: the workers after it, if it was a change's round.
@@ -195,6 +237,7 @@ impl ElasticWorkers {
         }
         let (_, change) = self.in_flight.take()?;
         self.roster.adopt(&change);
+        self.sent_to = self.roster.workers().to_vec();
         self.changes += 1;
         tracing::info!(
             round,
@@ -210,6 +253,25 @@ impl ElasticWorkers {
     pub fn changes(&self) -> u64 {
         self.changes
     }
+}
+
+/// The worker (of `sent_to`, in worker order) a failed request went to, when it is gone
+/// from the cluster (`members` of the worker role): it left before answering, which in
+/// a running job means it died (`on_node_death = "leave"`). Any other failure is `None`:
+/// the job's.
+pub(crate) fn departed(
+    error: &StradsError,
+    sent_to: &[String],
+    members: &[String],
+) -> Option<String> {
+    let (StradsError::Worker { worker, source, .. } | StradsError::Commit { worker, source, .. }) =
+        error
+    else {
+        return None;
+    };
+    let name = sent_to.get(*worker)?;
+    let left = matches!(source, AskError::PeerLeft { name: n, .. } if n == name);
+    (left || !members.contains(name)).then(|| name.clone())
 }
 
 /// A worker's way out: once it was asked to leave and holds no work after a commit, it
@@ -228,5 +290,54 @@ impl WorkerExit {
         {
             let _ = release.send(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::roster::tests::names;
+
+    #[test]
+    fn a_request_to_a_worker_that_left_is_a_death_and_other_failures_are_the_jobs() {
+        let sent_to = names(&["w0", "w1", "w2"]);
+        let left = |name: &str| AskError::PeerLeft {
+            name: name.into(),
+            actor: "worker".into(),
+            epoch: 3,
+        };
+        let timeout = || AskError::Timeout {
+            actor: "worker".into(),
+            timeout: Duration::from_secs(1),
+        };
+        let failed = |worker, source| StradsError::Worker {
+            round: 9,
+            worker,
+            source,
+        };
+        let members = names(&["w0", "w2"]);
+        let all = names(&["w0", "w1", "w2"]);
+        // The membership already lost it, or the request failed because it left.
+        assert_eq!(
+            departed(&failed(1, timeout()), &sent_to, &members),
+            Some("w1".into())
+        );
+        assert_eq!(
+            departed(&failed(1, left("w1")), &sent_to, &all),
+            Some("w1".into())
+        );
+        let commit = StradsError::Commit {
+            round: 9,
+            worker: 1,
+            source: left("w1"),
+        };
+        assert_eq!(departed(&commit, &sent_to, &members), Some("w1".into()));
+        // A member that timed out, an index outside the workers, another error: failures.
+        assert_eq!(departed(&failed(0, timeout()), &sent_to, &members), None);
+        assert_eq!(departed(&failed(5, left("w5")), &sent_to, &members), None);
+        assert_eq!(
+            departed(&StradsError::EmptyWorkerSet, &sent_to, &members),
+            None
+        );
     }
 }

@@ -299,9 +299,8 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                         waiting = true;
                         continue;
                     }
-                    if let Some(change) = el.reshape()
-                        && let Some(step) =
-                            app.reshape(round, &change).map_err(StradsError::Pull)?
+                    if let Some(change) = el.reshape()?
+                        && let Some(step) = change_step(app, round, &change)?
                     {
                         workers = WorkerSet::resolve(el.node(), &change.dealt, el.actor())?;
                         core.scheduled(&step)?;
@@ -332,7 +331,16 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                 let Some(result) = in_flight.next().await else {
                     return Err(StradsModelError::PipelineEmpty.into());
                 };
-                let (round, partials) = result?;
+                let (round, partials) = match result {
+                    Ok(answers) => answers,
+                    Err(e) => {
+                        let el = elastic.as_deref_mut();
+                        give_up_rounds(app, &mut core, el, e)?;
+                        (in_flight, waiting) = (FuturesOrdered::new(), false);
+                        dispatched.clear();
+                        continue;
+                    }
+                };
                 tracing::trace!(round, "strads pull starts");
                 let commit = app
                     .pull(round, partials, elapsed())
@@ -345,22 +353,12 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                 if let Some(t) = dispatched.pop_front() {
                     metrics.round_committed(&node, t.elapsed());
                 }
-                // Every worker gets the same commit: encoded once for all of them.
                 let msg = Commit::<A> {
                     scheduler: opts.scheduler,
                     round,
                     commit,
                 };
-                for (worker, sent) in ActorRef::tell_each(&workers.commit, &msg, opts.priority)
-                    .into_iter()
-                    .enumerate()
-                {
-                    sent.map_err(|source| StradsError::Commit {
-                        round,
-                        worker,
-                        source,
-                    })?;
-                }
+                send_commit(&workers, &msg, opts.priority, elastic.as_deref_mut())?;
                 if let Some(el) = elastic.as_deref_mut()
                     && let Some(now) = el.committed(round)
                 {
@@ -374,6 +372,71 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
         rounds: core.next_round(),
         elapsed: elapsed(),
     })
+}
+
+/// The app's round for `change`; a change that loses dead workers must be made (their
+/// rows have no other owner).
+fn change_step<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    round: u64,
+    change: &crate::core::roster::Reshape,
+) -> Result<Option<Step<A::Task>>, StradsError> {
+    match app.reshape(round, change).map_err(StradsError::Pull)? {
+        None if !change.lost.is_empty() => Err(NodeError::Config(format!(
+            "round {round}: workers {:?} died and the app takes no change now",
+            change.lost
+        ))
+        .into()),
+        step => Ok(step),
+    }
+}
+
+/// A round failed with `error`. In an elastic job whose worker died, the rounds in flight
+/// are given up (`core` and the app forget them; the caller drops their futures) and the
+/// change that deals the dead worker's rows to the others comes next; any other failure
+/// is the job's.
+fn give_up_rounds<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    core: &mut PipelineCore,
+    elastic: Option<&mut ElasticWorkers>,
+    error: StradsError,
+) -> Result<(), StradsError> {
+    let Some(el) = elastic else {
+        return Err(error);
+    };
+    if el.died(&error).is_none() {
+        return Err(error);
+    }
+    let rounds = core.abandon();
+    tracing::info!(?rounds, "rounds given up; redone after the change");
+    app.lost(&rounds).map_err(StradsError::Pull)?;
+    el.abandoned();
+    Ok(())
+}
+
+/// Sends every worker the same commit (encoded once for all of them). In an elastic job
+/// a worker that died misses it: it is lost, and the next change deals its rows.
+fn send_commit<A: StradsApp>(
+    workers: &WorkerSet<A>,
+    msg: &Commit<A>,
+    priority: Priority,
+    mut elastic: Option<&mut ElasticWorkers>,
+) -> Result<(), StradsError> {
+    let sent = ActorRef::tell_each(&workers.commit, msg, priority);
+    for (worker, sent) in sent.into_iter().enumerate() {
+        if let Err(source) = sent {
+            let round = msg.round;
+            let e = StradsError::Commit {
+                round,
+                worker,
+                source,
+            };
+            if elastic.as_deref_mut().and_then(|el| el.died(&e)).is_none() {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A worker actor: hands dispatches and commits to the app's [`Push`] half. A failed

@@ -487,13 +487,14 @@ impl Schedule<LassoApp> for LassoScheduling {
     }
 
     /// With `balance = "dynamic"`, a deal round over the changed workers: joiners get the
-    /// coefficients with their rows. Nothing once the job is stopping.
+    /// coefficients with their rows. Nothing once the job is stopping, unless a worker
+    /// died (its rows need an owner for the final evaluation).
     fn reshape(
         &mut self,
         round: u64,
         change: &crate::core::roster::Reshape,
     ) -> Result<Option<Step<LassoTask>>, StradsModelError> {
-        if self.s.stopping {
+        if self.s.stopping && change.lost.is_empty() {
             return Ok(None);
         }
         let model = (self.committed.as_slice(), self.s.l1_after.len() as u64 - 1);
@@ -506,5 +507,36 @@ impl Schedule<LassoApp> for LassoScheduling {
         // Like a balancing deal, it does not count toward `max_rounds`.
         self.in_flight.push_back((round, InFlight::Deal));
         Ok(Some(step))
+    }
+
+    /// Forgets the given-up rounds: an update is scheduled again (its coordinates are
+    /// free), an evaluation is due again, a change's deal is not recorded.
+    fn lost(&mut self, rounds: &[u64]) -> Result<(), StradsModelError> {
+        let kinds = crate::core::take_lost(&mut self.in_flight, rounds)?;
+        for (round, kind) in rounds.iter().zip(kinds) {
+            match kind {
+                InFlight::Update(_) => {
+                    self.s.update_rounds = self.s.update_rounds.saturating_sub(1);
+                    self.s.update_rounds_since_eval =
+                        self.s.update_rounds_since_eval.saturating_sub(1);
+                }
+                InFlight::Evaluate if self.s.stopping => self.s.final_eval_sent = false,
+                InFlight::Evaluate => {
+                    let s = &mut self.s;
+                    s.update_rounds_since_eval =
+                        s.update_rounds_since_eval.max(self.job.eval_every);
+                    s.work_since_eval =
+                        (s.work_since_eval).max(self.job.eval_work_ratio * self.eval_work);
+                }
+                InFlight::Deal => {
+                    if let Some(dealer) = &mut self.dealer {
+                        dealer.forget_change(*round);
+                    }
+                    continue;
+                }
+            }
+            self.s.rounds_scheduled = self.s.rounds_scheduled.saturating_sub(1);
+        }
+        Ok(())
     }
 }

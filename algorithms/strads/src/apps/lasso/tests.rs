@@ -352,3 +352,79 @@ fn dynamic_dealing_refuses_what_moving_rows_breaks() {
         assert!(err.contains(key), "{err}");
     }
 }
+
+/// Runs job `J` on `workers` workers at depth 1 as the actor loop would, except that the
+/// last worker dies with round `death` in flight (`on_node_death = "leave"`): the round is
+/// given up ([`Schedule::lost`]) and the change that deals its rows to the others runs
+/// before the work goes on. Returns the scheduler half.
+pub(crate) fn run_with_a_death<J, W>(config: &J::Config, workers: usize, death: u64) -> J::Scheduler
+where
+    J: StradsJob<Worker = StarHalf<W>>,
+    W: Push<J>,
+{
+    use crate::core::app::{Schedule, Step};
+    use crate::core::roster::Roster;
+    let shape = JobShape {
+        workers,
+        schedulers: 1,
+    };
+    let mut app = J::scheduler(config, &shape).unwrap();
+    let mut halves: Vec<W> = (0..workers)
+        .map(|i| J::worker(config, i, &shape).unwrap().0)
+        .collect();
+    let names: Vec<String> = (0..workers).map(|i| format!("w{i}")).collect();
+    let mut roster = Roster::new(names.clone());
+    let mut round = 0;
+    loop {
+        let step = match app.schedule(round, 0) {
+            Step::Run(plan) if round == death => {
+                // Dispatched, then the last worker dies before it answers.
+                drop(plan);
+                app.lost(&[round]).unwrap();
+                halves.pop();
+                assert!(roster.lose(&names[workers - 1]));
+                let change = roster.reshape(&names[..workers - 1]).unwrap();
+                round += 1;
+                roster.adopt(&change);
+                app.reshape(round, &change).unwrap().unwrap()
+            }
+            step => step,
+        };
+        let plan = match step {
+            Step::Run(plan) => plan,
+            Step::Done => return app,
+            Step::Wait => panic!("round {round}: a wait with nothing in flight"),
+        };
+        let tasks = plan.into_tasks(halves.len()).unwrap();
+        let partials = (halves.iter_mut().zip(&tasks))
+            .map(|(w, task)| w.push(round, task).unwrap())
+            .collect();
+        let commit = app.pull(round, partials, std::time::Duration::ZERO).unwrap();
+        halves
+            .iter_mut()
+            .for_each(|w| w.commit(round, &commit).unwrap());
+        round += 1;
+    }
+}
+
+#[test]
+fn a_worker_that_dies_with_a_round_in_flight_leaves_its_rows_to_the_others() {
+    let job = LassoSettings {
+        balance: Balance::Dynamic,
+        ..small_scheduled_job(50)
+    };
+    let (_, fixed) = drive(&job, 3);
+    let outcome = run_with_a_death::<LassoApp, _>(&job, 3, 40).outcome();
+    let dealing = outcome.metrics.balance.unwrap();
+    let change = &dealing.changes[0];
+    assert_eq!(
+        (change.round, change.died.as_slice()),
+        (41, ["w2".to_string()].as_slice())
+    );
+    assert_eq!(change.workers, ["w0", "w1"]);
+    assert_eq!(dealing.rows.iter().sum::<u64>(), 120);
+    // The given-up round's update is scheduled again; the stop is the same gap.
+    let rel = (outcome.metrics.final_objective - fixed.final_objective).abs()
+        / fixed.final_objective.abs();
+    assert!(rel < 1e-6, "objective {rel:e} apart");
+}

@@ -189,3 +189,23 @@ fn dynamic_dealing_moves_rows_off_a_slow_worker_and_keeps_the_model() {
         assert!(rel < bound, "depth {depth}: objective {rel:e} apart");
     }
 }
+
+#[test]
+fn a_worker_that_dies_with_a_round_in_flight_leaves_its_rows_to_the_others() {
+    let job = LassoSettings {
+        balance: crate::apps::lasso::Balance::Dynamic,
+        ..separable_job(1_000, 1)
+    };
+    let (fixed, _) = crate::kit::run_serial::<LogisticApp>(&job, 2, Delivery::Late).unwrap();
+    let died = crate::apps::lasso::tests::run_with_a_death::<LogisticApp, _>(&job, 2, 100);
+    let (fixed, died) = (fixed.metrics(), died.metrics());
+    let change = &died.balance.as_ref().unwrap().changes[0];
+    assert_eq!(
+        (change.died.as_slice(), change.workers.as_slice()),
+        (["w1".to_string()].as_slice(), ["w0".to_string()].as_slice())
+    );
+    // The given-up round is scheduled again: as many updates as the fixed run.
+    assert_eq!(died.updates, fixed.updates);
+    let rel = (fixed.final_objective - died.final_objective).abs() / fixed.final_objective.abs();
+    assert!(rel < 1e-2, "objective {rel:e} apart");
+}
