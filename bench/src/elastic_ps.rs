@@ -1,14 +1,15 @@
-//! `petrel bench elastic`'s parameter-server apps (ps-lr, ps-mf): each run as `petrel
-//! train` runs it ([`petrel::train::run_ps`]), once with a fixed membership and once with a
-//! standby worker joining and a worker leaving on the bench's plan (its `w<k>` nodes are
-//! `worker-<k>` here). SGD under SSP is not deterministic, so `identical` is null and
-//! `within_tolerance` compares the held-out figure (ps-lr: test log-loss to 0.05, ps-mf:
-//! test RMSE to 0.02, the tolerances of the restart tests); `objective_rel_diff` is that
-//! figure's relative difference.
+//! `petrel bench elastic`'s parameter-server apps (ps-lr, ps-mf, ps-lda): each run as
+//! `petrel train` runs it ([`petrel::train::run_ps`]), once with a fixed membership and
+//! once with a standby worker joining and a worker leaving on the bench's plan (its `w<k>`
+//! nodes are `worker-<k>` here). SGD and Gibbs sampling under SSP are not deterministic, so
+//! `identical` is null and `within_tolerance` compares a final figure (ps-lr: test log-loss
+//! to 0.05, ps-mf: test RMSE to 0.02, the tolerances of the restart tests; ps-lda: training
+//! log-likelihood per token to 0.1, about the spread of the quick job's fixed runs over
+//! seeds); `objective_rel_diff` is that figure's relative difference.
 
 use crate::elastic::{AppFigures, ElasticBenchArgs, orphans};
 use petrel::CliError;
-use petrel_ps::{PsApp, PsLr, PsMf, PsTrainArgs};
+use petrel_ps::{PsApp, PsLda, PsLr, PsMf, PsTrainArgs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,8 +24,38 @@ struct Flags<C: clap::Args> {
 fn figure(app: &str) -> (&'static str, f64) {
     match app {
         "ps-lr" => ("test_log_loss", 0.05),
-        _ => ("test_rmse", 0.02),
+        "ps-mf" => ("test_rmse", 0.02),
+        _ => ("loglik_per_token", 0.1),
     }
+}
+
+/// ps-lda's synthetic corpus (`--config`): 200 documents of 50 words (`--quick`), else
+/// 2000 of 100.
+fn lda_corpus(quick: bool) -> &'static str {
+    match quick {
+        true => "[app.ps_lda.synthetic]\nn_docs = 200\nvocab_size = 300\ndoc_length = 50\n",
+        false => "[app.ps_lda.synthetic]\nn_docs = 2000\nvocab_size = 2000\ndoc_length = 100\n",
+    }
+}
+
+/// The app's own flags: its length (ps-lr and ps-mf: clocks of at least 40 ms; ps-lda:
+/// passes over its corpus, whose file goes to `dir`).
+fn app_flags(app: &str, quick: bool, dir: &Path) -> Result<Vec<String>, CliError> {
+    let v = |flags: &[&str]| flags.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let clocks = if quick { "80" } else { "200" };
+    Ok(match app {
+        "ps-lr" => v(&["--clocks", clocks, "--clock-ms", "40"]),
+        "ps-mf" => v(&["--max-clocks", clocks, "--clock-ms", "40"]),
+        _ => {
+            std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
+            let job = dir.join("job.toml");
+            std::fs::write(&job, lda_corpus(quick)).map_err(CliError::io(&job))?;
+            let passes = if quick { "60" } else { "100" };
+            let mut flags = v(&["--iterations", passes, "--topics", "10", "--config"]);
+            flags.push(job.display().to_string());
+            flags
+        }
+    })
 }
 
 /// The bench's plan with the PS node names: `w2` is `worker-2`.
@@ -48,25 +79,14 @@ fn run_app(
     out: PathBuf,
     extra: &[String],
 ) -> Result<Option<serde_json::Value>, CliError> {
-    let clocks = if args.quick { "80" } else { "200" };
-    let clocks_flag = if app == "ps-lr" {
-        "--clocks"
-    } else {
-        "--max-clocks"
-    };
     let transport = format!("{:?}", args.transport).to_lowercase();
-    let mut line: Vec<String> = ["bench", "--transport", &transport, clocks_flag, clocks]
+    let mut line: Vec<String> = ["bench", "--transport", &transport]
         .into_iter()
-        .chain([
-            "--clock-ms",
-            "40",
-            "--checkpoint-every",
-            "0",
-            "--shards",
-            "2",
-        ])
+        .chain(["--checkpoint-every", "0", "--shards", "2"])
         .map(String::from)
         .collect();
+    let parent = out.parent().unwrap_or(args.out.as_path());
+    line.extend(app_flags(app, args.quick, parent)?);
     line.extend(["--workers".into(), args.workers.to_string()]);
     line.extend(["--out".into(), out.display().to_string()]);
     line.extend(extra.iter().cloned());
@@ -83,7 +103,8 @@ fn run_app(
     }
     let runner = match app {
         "ps-lr" => start::<PsLr>(line, out.clone())?,
-        _ => start::<PsMf>(line, out.clone())?,
+        "ps-mf" => start::<PsMf>(line, out.clone())?,
+        _ => start::<PsLda>(line, out.clone())?,
     };
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     while !runner.is_finished() {
@@ -105,7 +126,7 @@ fn run_app(
 /// A run on its own thread.
 type Runner = std::thread::JoinHandle<Result<String, CliError>>;
 
-/// `app` (ps-lr or ps-mf) with a fixed membership against a join and a leave.
+/// `app` (ps-lr, ps-mf or ps-lda) with a fixed membership against a join and a leave.
 pub(crate) fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
     let dir = |run: &str| -> PathBuf { Path::new(&args.out).join(app).join(run) };
     let fixed = run_app(args, app, dir("fixed"), &[])?;
