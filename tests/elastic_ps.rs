@@ -16,7 +16,8 @@ const JOB: &str = "--clock-ms 40 --checkpoint-every 0 --workers 2 --shards 2";
 const LDA_JOB: &str = "--checkpoint-every 0 --workers 2 --shards 2 --topics 10 --iterations 60";
 
 /// The corpus of [`LDA_JOB`] (`--config`): 400 documents of 50 words over 500 words.
-const LDA_CORPUS: &str = "[app.ps_lda.synthetic]\nn_docs = 400\nvocab_size = 500\ndoc_length = 50\n";
+const LDA_CORPUS: &str =
+    "[app.ps_lda.synthetic]\nn_docs = 400\nvocab_size = 500\ndoc_length = 50\n";
 
 /// The app's flags and the last clock every worker that stays reaches.
 fn job(app: &str) -> (Vec<&'static str>, u64) {
@@ -169,7 +170,11 @@ fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]
         );
         // The leaver stopped at its clock; the others ran every clock.
         let clocks: Vec<u64> = serde_json::from_value(m["worker_clocks"].clone()).unwrap();
-        assert_eq!(clocks.iter().filter(|&&c| c == last).count(), 2, "{clocks:?}");
+        assert_eq!(
+            clocks.iter().filter(|&&c| c == last).count(),
+            2,
+            "{clocks:?}"
+        );
         for &(key, tolerance) in tolerances(app) {
             let (e, f) = (figure(&m, key), figure(&fixed, key));
             let what = format!("{app} {consistency} {transport}: {key} {e} against {f} fixed");

@@ -9,7 +9,7 @@
 
 use crate::elastic::{AppFigures, ElasticBenchArgs, orphans};
 use petrel::CliError;
-use petrel_ps::{PsApp, PsLda, PsLr, PsMf, PsTrainArgs};
+use petrel_ps::{PsApp, PsLda, PsLdaSettings, PsLr, PsMf, PsTrainArgs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -29,33 +29,29 @@ fn figure(app: &str) -> (&'static str, f64) {
     }
 }
 
-/// ps-lda's synthetic corpus (`--config`): 200 documents of 50 words (`--quick`), else
-/// 2000 of 100.
-fn lda_corpus(quick: bool) -> &'static str {
-    match quick {
-        true => "[app.ps_lda.synthetic]\nn_docs = 200\nvocab_size = 300\ndoc_length = 50\n",
-        false => "[app.ps_lda.synthetic]\nn_docs = 2000\nvocab_size = 2000\ndoc_length = 100\n",
+/// ps-lda's synthetic corpus: 200 documents of 50 words over 300 (`--quick`), else the
+/// default (2000 of 100 over 5000).
+fn lda_corpus(cfg: &mut PsLdaSettings, quick: bool) {
+    if quick {
+        let c = &mut cfg.synthetic;
+        (c.n_docs, c.doc_length, c.vocab_size) = (200, 50, 300);
     }
 }
 
 /// The app's own flags: its length (ps-lr and ps-mf: clocks of at least 40 ms; ps-lda:
-/// passes over its corpus, whose file goes to `dir`).
-fn app_flags(app: &str, quick: bool, dir: &Path) -> Result<Vec<String>, CliError> {
-    let v = |flags: &[&str]| flags.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+/// passes over its corpus).
+fn app_flags(app: &str, quick: bool) -> Vec<&'static str> {
     let clocks = if quick { "80" } else { "200" };
-    Ok(match app {
-        "ps-lr" => v(&["--clocks", clocks, "--clock-ms", "40"]),
-        "ps-mf" => v(&["--max-clocks", clocks, "--clock-ms", "40"]),
-        _ => {
-            std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
-            let job = dir.join("job.toml");
-            std::fs::write(&job, lda_corpus(quick)).map_err(CliError::io(&job))?;
-            let passes = if quick { "60" } else { "100" };
-            let mut flags = v(&["--iterations", passes, "--topics", "10", "--config"]);
-            flags.push(job.display().to_string());
-            flags
-        }
-    })
+    match app {
+        "ps-lr" => vec!["--clocks", clocks, "--clock-ms", "40"],
+        "ps-mf" => vec!["--max-clocks", clocks, "--clock-ms", "40"],
+        _ => vec![
+            "--iterations",
+            if quick { "60" } else { "100" },
+            "--topics",
+            "10",
+        ],
+    }
 }
 
 /// The bench's plan with the PS node names: `w2` is `worker-2`.
@@ -85,26 +81,30 @@ fn run_app(
         .chain(["--checkpoint-every", "0", "--shards", "2"])
         .map(String::from)
         .collect();
-    let parent = out.parent().unwrap_or(args.out.as_path());
-    line.extend(app_flags(app, args.quick, parent)?);
+    line.extend(app_flags(app, args.quick).into_iter().map(String::from));
     line.extend(["--workers".into(), args.workers.to_string()]);
     line.extend(["--out".into(), out.display().to_string()]);
     line.extend(extra.iter().cloned());
-    fn start<A: PsApp>(line: Vec<String>, out: PathBuf) -> Result<Runner, CliError>
+    fn start<A: PsApp>(
+        line: Vec<String>,
+        out: PathBuf,
+        settings: impl FnOnce(&mut A::Config),
+    ) -> Result<Runner, CliError>
     where
         A::Config: clap::Args + serde::Serialize + Send + 'static,
     {
         use clap::Parser;
-        let flags =
+        let mut flags =
             Flags::<A::Config>::try_parse_from(line).map_err(|e| CliError::Usage(e.to_string()))?;
+        settings(&mut flags.train.config);
         Ok(std::thread::spawn(move || {
             petrel::train::run_ps::<A>(flags.train, &out)
         }))
     }
     let runner = match app {
-        "ps-lr" => start::<PsLr>(line, out.clone())?,
-        "ps-mf" => start::<PsMf>(line, out.clone())?,
-        _ => start::<PsLda>(line, out.clone())?,
+        "ps-lr" => start::<PsLr>(line, out.clone(), |_| ())?,
+        "ps-mf" => start::<PsMf>(line, out.clone(), |_| ())?,
+        _ => start::<PsLda>(line, out.clone(), |c| lda_corpus(c, args.quick))?,
     };
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     while !runner.is_finished() {
