@@ -7,7 +7,8 @@ use super::*;
 
 impl PsLda {
     /// A worker of a standby node admitted at `clock`: it starts in that clock's pass and
-    /// part, adds its documents' fresh counts, and reports the pass before its first as
+    /// part (past the last one, with no documents), adds its documents' fresh counts, and
+    /// reports the pass before its first as
     /// holding none of the documents (so that pass's curve point does not wait for it).
     pub(super) fn join(
         &self,
@@ -20,6 +21,11 @@ impl PsLda {
         st.p.started = true;
         st.p.iteration = (done / parts) as usize + 1;
         st.p.part = (done % parts) as usize;
+        if st.p.iteration > self.cfg.iterations {
+            // Past the last pass: its counts would never be flushed, so it holds nothing
+            // (the pending initial counts cancel out).
+            st.core.retake(Vec::new())?;
+        }
         for (row, delta) in st.core.take_initial_deltas() {
             ctx.client.batch_inc(WORD_TOPIC, row, &delta)?;
         }

@@ -435,6 +435,10 @@ fn documents_follow_the_members_and_the_counts_stay_the_assignments() {
     let r = left[0].retake(same).unwrap();
     assert_eq!((r.dropped, r.drawn), (0, 0));
     assert!(r.deltas.is_empty());
+    // Documents given up before their initial counts were sent cancel out: nothing to send.
+    let mut late = PsLdaWorker::new(3, share_of(&c, &[1, 2, 3], 3), c.vocab_size, &cfg).unwrap();
+    let r = late.retake(Vec::new()).unwrap();
+    assert!(r.dropped > 0 && r.deltas.is_empty(), "{r:?}");
 }
 
 #[test]
