@@ -42,13 +42,16 @@ const LDA_PLAN: &str = "at=700ms add worker-2; at=1800ms remove worker-0";
 /// SGD under SSP is not deterministic (update order, timing), and a change moves the number
 /// of gradient steps per clock, so the model is not the fixed run's: its held-out figures
 /// are, to the tolerances the restart tests give these apps (and accuracy to 2 points).
+/// ps-lda's training figure is, to about twice the spread between seeds.
 fn tolerances(app: &str) -> &'static [(&'static str, f64)] {
     match app {
         "ps-lr" => &[("test_log_loss", 0.05), ("test_accuracy", 0.02)],
         "ps-mf" => &[("test_rmse", 0.02)],
-        // Gibbs sampling under SSP: fixed runs of this job over seeds 0-3 ended 0.025 apart
-        // in training log-likelihood per token; a moved document restarts its chain.
-        _ => &[("loglik_per_token", 0.05)],
+        // Gibbs sampling under SSP: fixed runs of this job over seeds 0-3, on threads and
+        // on processes, ended 0.043 apart in training log-likelihood per token (-6.453 to
+        // -6.496); a moved document restarts its chain, and runs with a join and a leave
+        // ended -6.448 to -6.494.
+        _ => &[("loglik_per_token", 0.08)],
     }
 }
 
