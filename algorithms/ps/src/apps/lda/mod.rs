@@ -3,7 +3,8 @@
 //!
 //! One sparse table `word_topic` ([`WORD_TOPIC`]): row `w < V` holds the topic counts of
 //! word `w`, row `V` the topic totals, under the job's consistency model. Documents are
-//! split over the workers as the STRADS app splits them. A worker ([`PsLdaWorker`]):
+//! split over the current workers as the STRADS app splits them, and follow the workers
+//! that join and leave (`elastic.rs`). A worker ([`PsLdaWorker`]):
 //! clock 0 draws random topics, `batch_inc`s the counts and ends with `barrier()`; then per
 //! clock it reads its words' rows and the totals (`get_many`), samples its share of a pass
 //! (`clocks_per_iteration` clocks per pass) with the SparseLDA sampler shared with STRADS,
