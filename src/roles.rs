@@ -15,7 +15,6 @@ pub fn extend_builtin(register: fn(Cluster) -> Cluster) {
 pub fn builtin(settings: Settings) -> Cluster {
     let mut cluster = Cluster::new(settings);
     cluster = crate::demo::register(cluster);
-    cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
     cluster = petrel_p3::roles::register(cluster);
     cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
@@ -26,9 +25,11 @@ pub fn builtin(settings: Settings) -> Cluster {
     // start.
     cluster = petrel_strads::apps::lasso::register(cluster);
     cluster = petrel_strads::apps::logistic::register(cluster);
-    // And ps-mf and ps-lr: their workers join and leave (checked as their jobs start).
+    // And ps-mf, ps-lr and ps-lda: their workers join and leave (checked as their jobs
+    // start).
     cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
+    cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
     match EXTRA.get() {
         Some(register) => register(cluster),
         None => cluster,

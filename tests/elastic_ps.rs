@@ -1,34 +1,57 @@
-//! ps-lr and ps-mf survive a standby worker joining and a worker leaving mid-run (`petrel
-//! train ps-lr --standby-workers 1 --scale ...`), on threads and on processes (ps-lr also
-//! under BSP, ESSP and async): the held-out figures of the fixed-membership run within
-//! SGD's tolerance, the join and the leave in `metrics.json`, no node process left behind.
-//! ps-lda, which keeps a fixed membership, refuses the flags, and so do checkpoints.
+//! ps-lr, ps-mf and ps-lda survive a standby worker joining and a worker leaving mid-run
+//! (`petrel train ps-lr --standby-workers 1 --scale ...`), on threads and on processes
+//! (ps-lr also under ESSP): the figures of the fixed-membership run within the app's
+//! tolerance, the join and the leave in `metrics.json`, no node process left behind.
+//! Checkpoints refuse the flags.
 
 use crate::common::{alive, children_of, failure, metrics, petrel_cmd};
 use std::path::Path;
 use std::time::Duration;
 
-/// 80 clocks of at least 40 ms: a run of about 4 s, long enough for both changes.
+/// ps-lr and ps-mf: 80 clocks of at least 40 ms, a run of about 4 s, long enough for both
+/// changes.
 const JOB: &str = "--clock-ms 40 --checkpoint-every 0 --workers 2 --shards 2";
 
-/// The app's flag for 80 clocks.
-fn clocks(app: &str) -> [&'static str; 2] {
+/// ps-lda: 60 passes over 20 000 tokens, 61 clocks (clock 0 draws the topics), about 3 s.
+const LDA_JOB: &str = "--checkpoint-every 0 --workers 2 --shards 2 --topics 10 --iterations 60";
+
+/// The corpus of [`LDA_JOB`] (`--config`): 400 documents of 50 words over 500 words.
+const LDA_CORPUS: &str =
+    "[app.ps_lda.synthetic]\nn_docs = 400\nvocab_size = 500\ndoc_length = 50\n";
+
+/// The app's flags and the last clock every worker that stays reaches.
+fn job(app: &str) -> (Vec<&'static str>, u64) {
+    let flags = |job: &'static str, more: &[&'static str]| {
+        let mut v: Vec<&str> = job.split_whitespace().collect();
+        v.extend(more);
+        v
+    };
     match app {
-        "ps-lr" => ["--clocks", "80"],
-        _ => ["--max-clocks", "80"],
+        "ps-lr" => (flags(JOB, &["--clocks", "80"]), 80),
+        "ps-mf" => (flags(JOB, &["--max-clocks", "80"]), 80),
+        _ => (flags(LDA_JOB, &[]), 61),
     }
 }
 
 /// `worker-2` starts 300 ms after the cluster formed, `worker-0` is asked to leave at 1.2 s.
 const PLAN: &str = "at=300ms add worker-2; at=1200ms remove worker-0";
 
+/// ps-lda's plan: its first clocks come as the nodes start, so the join is later.
+const LDA_PLAN: &str = "at=700ms add worker-2; at=1800ms remove worker-0";
+
 /// SGD under SSP is not deterministic (update order, timing), and a change moves the number
 /// of gradient steps per clock, so the model is not the fixed run's: its held-out figures
 /// are, to the tolerances the restart tests give these apps (and accuracy to 2 points).
+/// ps-lda's training figure is, to about twice the spread between seeds.
 fn tolerances(app: &str) -> &'static [(&'static str, f64)] {
     match app {
         "ps-lr" => &[("test_log_loss", 0.05), ("test_accuracy", 0.02)],
-        _ => &[("test_rmse", 0.02)],
+        "ps-mf" => &[("test_rmse", 0.02)],
+        // Gibbs sampling under SSP: fixed runs of this job over seeds 0-3, on threads and
+        // on processes, ended 0.043 apart in training log-likelihood per token (-6.453 to
+        // -6.496); a moved document restarts its chain, and runs with a join and a leave
+        // ended -6.448 to -6.494.
+        _ => &[("loglik_per_token", 0.08)],
     }
 }
 
@@ -37,8 +60,7 @@ fn tolerances(app: &str) -> &'static [(&'static str, f64)] {
 fn train(app: &str, out: &Path, transport: &str, args: &[&str]) -> (serde_json::Value, Vec<u32>) {
     let mut child = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
         .args(["--transport", transport])
-        .args(JOB.split_whitespace())
-        .args(clocks(app))
+        .args(job(app).0)
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
@@ -92,16 +114,35 @@ fn ps_mf_survives_a_join_and_a_leave() {
     survives_a_join_and_a_leave("ps-mf", "ssp", &["memory"]);
 }
 
+/// On processes (the core's unit tests keep the counts exact through changes on threads):
+/// the final table passes the exact check (word rows summing to the word frequencies) or
+/// the run fails.
+#[test]
+fn ps_lda_survives_a_join_and_a_leave_on_processes() {
+    survives_a_join_and_a_leave("ps-lda", "ssp", &["processes"]);
+}
+
 /// App `app` under `consistency` with a join and a leave on each of `transports` against
 /// its fixed run.
 fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let model = ["--consistency", consistency];
+    let corpus = dir.path().join("job.toml");
+    std::fs::write(&corpus, LDA_CORPUS).unwrap();
+    let corpus = corpus.to_string_lossy().into_owned();
+    let mut model = vec!["--consistency", consistency];
+    let plan = match app {
+        "ps-lda" => {
+            model.extend(["--config", &corpus]);
+            LDA_PLAN
+        }
+        _ => PLAN,
+    };
+    let last = job(app).1;
     let (fixed, _) = train(app, &dir.path().join("fixed"), "memory", &model);
     assert!(fixed.get("changes").is_none(), "{fixed}");
     let figure = |m: &serde_json::Value, k: &str| m["final"][k].as_f64().unwrap();
     for &transport in transports {
-        let args = [&model[..], &["--standby-workers", "1", "--scale", PLAN]].concat();
+        let args = [&model[..], &["--standby-workers", "1", "--scale", plan]].concat();
         let (m, orphans) = train(app, &dir.path().join(transport), transport, &args);
         assert!(
             orphans.is_empty(),
@@ -127,12 +168,16 @@ fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]
             "{app} {consistency} {transport}"
         );
         assert!(
-            *at > 0 && *at < 80,
+            *at > 0 && *at < last,
             "{app} {consistency} {transport}: worker 0 left at {at}"
         );
         // The leaver stopped at its clock; the others ran every clock.
         let clocks: Vec<u64> = serde_json::from_value(m["worker_clocks"].clone()).unwrap();
-        assert_eq!(clocks.iter().filter(|&&c| c == 80).count(), 2, "{clocks:?}");
+        assert_eq!(
+            clocks.iter().filter(|&&c| c == last).count(),
+            2,
+            "{clocks:?}"
+        );
         for &(key, tolerance) in tolerances(app) {
             let (e, f) = (figure(&m, key), figure(&fixed, key));
             let what = format!("{app} {consistency} {transport}: {key} {e} against {f} fixed");
@@ -142,12 +187,12 @@ fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]
 }
 
 #[test]
-fn ps_lda_and_checkpoints_refuse_joins_and_leaves() {
+fn checkpoints_refuse_joins_and_leaves() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_string_lossy();
     for (app, args, why) in [
-        ("ps-lda", "memory", "workers are fixed at the start"),
-        ("ps-lda", "processes", "workers are fixed at the start"),
+        // ps-lda checkpoints every 5 clocks by default.
+        ("ps-lda", "processes", "do not mix"),
         ("ps-mf", "processes", "do not mix"),
         ("ps-lr", "memory --checkpoint-every 10", "do not mix"),
     ] {

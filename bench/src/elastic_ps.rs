@@ -1,14 +1,15 @@
-//! `petrel bench elastic`'s parameter-server apps (ps-lr, ps-mf): each run as `petrel
-//! train` runs it ([`petrel::train::run_ps`]), once with a fixed membership and once with a
-//! standby worker joining and a worker leaving on the bench's plan (its `w<k>` nodes are
-//! `worker-<k>` here). SGD under SSP is not deterministic, so `identical` is null and
-//! `within_tolerance` compares the held-out figure (ps-lr: test log-loss to 0.05, ps-mf:
-//! test RMSE to 0.02, the tolerances of the restart tests); `objective_rel_diff` is that
-//! figure's relative difference.
+//! `petrel bench elastic`'s parameter-server apps (ps-lr, ps-mf, ps-lda): each run as
+//! `petrel train` runs it ([`petrel::train::run_ps`]), once with a fixed membership and
+//! once with a standby worker joining and a worker leaving on the bench's plan (its `w<k>`
+//! nodes are `worker-<k>` here). SGD and Gibbs sampling under SSP are not deterministic, so
+//! `identical` is null and `within_tolerance` compares a final figure (ps-lr: test log-loss
+//! to 0.05, ps-mf: test RMSE to 0.02, the tolerances of the restart tests; ps-lda: training
+//! log-likelihood per token to 0.1, about the spread of the quick job's fixed runs over
+//! seeds); `objective_rel_diff` is that figure's relative difference.
 
 use crate::elastic::{AppFigures, ElasticBenchArgs, orphans};
 use petrel::CliError;
-use petrel_ps::{PsApp, PsLr, PsMf, PsTrainArgs};
+use petrel_ps::{PsApp, PsLda, PsLdaSettings, PsLr, PsMf, PsTrainArgs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,33 @@ struct Flags<C: clap::Args> {
 fn figure(app: &str) -> (&'static str, f64) {
     match app {
         "ps-lr" => ("test_log_loss", 0.05),
-        _ => ("test_rmse", 0.02),
+        "ps-mf" => ("test_rmse", 0.02),
+        _ => ("loglik_per_token", 0.1),
+    }
+}
+
+/// ps-lda's synthetic corpus: 200 documents of 50 words over 300 (`--quick`), else the
+/// default (2000 of 100 over 5000).
+fn lda_corpus(cfg: &mut PsLdaSettings, quick: bool) {
+    if quick {
+        let c = &mut cfg.synthetic;
+        (c.n_docs, c.doc_length, c.vocab_size) = (200, 50, 300);
+    }
+}
+
+/// The app's own flags: its length (ps-lr and ps-mf: clocks of at least 40 ms; ps-lda:
+/// passes over its corpus).
+fn app_flags(app: &str, quick: bool) -> Vec<&'static str> {
+    let clocks = if quick { "80" } else { "200" };
+    match app {
+        "ps-lr" => vec!["--clocks", clocks, "--clock-ms", "40"],
+        "ps-mf" => vec!["--max-clocks", clocks, "--clock-ms", "40"],
+        _ => vec![
+            "--iterations",
+            if quick { "60" } else { "100" },
+            "--topics",
+            "10",
+        ],
     }
 }
 
@@ -48,42 +75,36 @@ fn run_app(
     out: PathBuf,
     extra: &[String],
 ) -> Result<Option<serde_json::Value>, CliError> {
-    let clocks = if args.quick { "80" } else { "200" };
-    let clocks_flag = if app == "ps-lr" {
-        "--clocks"
-    } else {
-        "--max-clocks"
-    };
     let transport = format!("{:?}", args.transport).to_lowercase();
-    let mut line: Vec<String> = ["bench", "--transport", &transport, clocks_flag, clocks]
+    let mut line: Vec<String> = ["bench", "--transport", &transport]
         .into_iter()
-        .chain([
-            "--clock-ms",
-            "40",
-            "--checkpoint-every",
-            "0",
-            "--shards",
-            "2",
-        ])
+        .chain(["--checkpoint-every", "0", "--shards", "2"])
         .map(String::from)
         .collect();
+    line.extend(app_flags(app, args.quick).into_iter().map(String::from));
     line.extend(["--workers".into(), args.workers.to_string()]);
     line.extend(["--out".into(), out.display().to_string()]);
     line.extend(extra.iter().cloned());
-    fn start<A: PsApp>(line: Vec<String>, out: PathBuf) -> Result<Runner, CliError>
+    fn start<A: PsApp>(
+        line: Vec<String>,
+        out: PathBuf,
+        settings: impl FnOnce(&mut A::Config),
+    ) -> Result<Runner, CliError>
     where
         A::Config: clap::Args + serde::Serialize + Send + 'static,
     {
         use clap::Parser;
-        let flags =
+        let mut flags =
             Flags::<A::Config>::try_parse_from(line).map_err(|e| CliError::Usage(e.to_string()))?;
+        settings(&mut flags.train.config);
         Ok(std::thread::spawn(move || {
             petrel::train::run_ps::<A>(flags.train, &out)
         }))
     }
     let runner = match app {
-        "ps-lr" => start::<PsLr>(line, out.clone())?,
-        _ => start::<PsMf>(line, out.clone())?,
+        "ps-lr" => start::<PsLr>(line, out.clone(), |_| ())?,
+        "ps-mf" => start::<PsMf>(line, out.clone(), |_| ())?,
+        _ => start::<PsLda>(line, out.clone(), |c| lda_corpus(c, args.quick))?,
     };
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     while !runner.is_finished() {
@@ -105,7 +126,7 @@ fn run_app(
 /// A run on its own thread.
 type Runner = std::thread::JoinHandle<Result<String, CliError>>;
 
-/// `app` (ps-lr or ps-mf) with a fixed membership against a join and a leave.
+/// `app` (ps-lr, ps-mf or ps-lda) with a fixed membership against a join and a leave.
 pub(crate) fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
     let dir = |run: &str| -> PathBuf { Path::new(&args.out).join(app).join(run) };
     let fixed = run_app(args, app, dir("fixed"), &[])?;

@@ -488,7 +488,7 @@ fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
         }
     }
     let names: Vec<&str> = f.apps.iter().map(|a| a.app.as_str()).collect();
-    assert_eq!(names, ["lasso", "logistic", "ps-lr", "ps-mf"]);
+    assert_eq!(names, ["lasso", "logistic", "ps-lr", "ps-mf", "ps-lda"]);
     for app in &f.apps {
         assert_eq!((app.changes, app.hangs, app.orphans), (2, 0, 0), "{json}");
     }
@@ -503,5 +503,6 @@ fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
         assert!(app.within_tolerance, "{json}");
     }
     assert!(f.fixed_membership.contains(&"strads-mf".to_string()));
+    assert!(!f.fixed_membership.contains(&"ps-lda".to_string()));
     assert!(!f.fixed_membership.contains(&"ps-lr".to_string()));
 }

@@ -634,5 +634,8 @@ pub fn snapshot_word_log_likelihood<'a>(
     )
 }
 
+mod moves;
+pub use moves::{Retaken, share_of};
+
 #[cfg(test)]
 mod tests;

@@ -16,14 +16,14 @@ pub fn admission(answers: &[Clock]) -> Result<Clock, Clock> {
 }
 
 /// The ids of the current workers, sorted: those whose node (`worker_nodes[w]`) is a
-/// member now, and `me` always (its own node is a member while it runs).
+/// member now, and the asking worker `me` always (its own node is a member while it runs).
 pub fn current_workers(
     worker_nodes: &[String],
     is_member: impl Fn(&str) -> bool,
-    me: u32,
+    me: Option<u32>,
 ) -> Vec<u32> {
     (0..worker_nodes.len() as u32)
-        .filter(|&w| w == me || is_member(&worker_nodes[w as usize]))
+        .filter(|&w| me == Some(w) || is_member(&worker_nodes[w as usize]))
         .collect()
 }
 
@@ -45,8 +45,13 @@ mod tests {
             .into();
         let members = ["worker-1", "worker-2", "shard-0"];
         let is_member = |n: &str| members.contains(&n);
-        assert_eq!(current_workers(&nodes, is_member, 1), [1, 2]);
+        assert_eq!(current_workers(&nodes, is_member, Some(1)), [1, 2]);
         // A node not yet in this worker's view still counts itself.
-        assert_eq!(current_workers(&nodes, |n| n == "worker-1", 0), [0, 1]);
+        assert_eq!(
+            current_workers(&nodes, |n| n == "worker-1", Some(0)),
+            [0, 1]
+        );
+        // The monitor asks for no worker of its own.
+        assert_eq!(current_workers(&nodes, |n| n == "worker-1", None), [1]);
     }
 }

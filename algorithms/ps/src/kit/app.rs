@@ -128,6 +128,18 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         ctx: &WorkerCtx<'_, Self::Report>,
     ) -> Result<PsStep, PsError>;
 
+    /// Called once when the worker's node was asked to leave and it drained at a clock
+    /// boundary, before it leaves the shards: `true` when it sent updates (with
+    /// `batch_inc`) that one more clock must flush. By default nothing.
+    fn leave_worker(
+        &self,
+        worker: &mut Self::Worker,
+        ctx: &WorkerCtx<'_, Self::Report>,
+    ) -> Result<bool, PsError> {
+        let _ = (worker, ctx);
+        Ok(false)
+    }
+
     /// The worker's final report, after it left the shards.
     fn finish_worker(
         &self,

@@ -103,7 +103,7 @@ pub struct PsTrainArgs<C: clap::Args> {
     #[arg(long)]
     pub request_timeout_s: Option<u64>,
     /// Extra worker nodes marked standby: the job starts without them and they join when
-    /// started (by `--scale`). Only ps-mf and ps-lr, with `--checkpoint-every 0`.
+    /// started (by `--scale`). With `--checkpoint-every 0`.
     #[arg(long, default_value_t = 0)]
     pub standby_workers: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker; at=4s remove

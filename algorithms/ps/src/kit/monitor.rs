@@ -156,6 +156,8 @@ pub struct MonitorCtx<'a> {
     start: Instant,
     /// Seconds the job had run before the checkpoint it resumed from.
     offset_s: f64,
+    /// Whether workers may join and leave the job.
+    elastic: bool,
 }
 
 impl MonitorCtx<'_> {
@@ -164,6 +166,16 @@ impl MonitorCtx<'_> {
         petrel_observe::metrics()
             .job
             .point(self.node.name(), metric, self.start.elapsed(), value);
+    }
+
+    /// The ids of the job's current workers, sorted: all of them with a fixed membership,
+    /// else those whose node is a member now (a joiner once its node joined, a leaver until
+    /// its node left).
+    pub fn current_workers(&self) -> Vec<u32> {
+        if !self.elastic {
+            return (0..self.layout.n_workers()).collect();
+        }
+        crate::kit::worker::members_now(self.node, self.layout, None)
     }
 
     /// Seconds since the monitor started, plus the time before a resumed checkpoint.
@@ -257,6 +269,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
         layout: &job.layout,
         start: Instant::now(),
         offset_s,
+        elastic: ctx.settings.allows_membership_changes(),
     };
     // Standby workers count once they joined (the shards saw them).
     let n_starting = job.layout.n_workers() as usize - job.standby.len();

@@ -46,13 +46,12 @@ impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
         if !self.elastic {
             return (0..self.n_workers()).collect();
         }
-        let view = self.node.view();
-        let is_member = |name: &str| view.members.iter().any(|m| m.name == name);
-        crate::core::membership::current_workers(
-            &self.layout.worker_nodes,
-            is_member,
-            self.worker(),
-        )
+        members_now(self.node, self.layout, Some(self.worker()))
+    }
+
+    /// The clock this worker joined the running job at (a worker of a standby node).
+    pub fn joined_at(&self) -> Option<u64> {
+        self.joined_at
     }
 
     /// [`WorkerDone::of`] with measured timings and the bytes its node sent and received.
@@ -87,6 +86,14 @@ impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
                 source,
             })
     }
+}
+
+/// The workers whose node is a member in `node`'s view now, and `me` (see
+/// [`crate::core::membership::current_workers`]).
+pub(crate) fn members_now(node: &Node, layout: &PsLayout, me: Option<u32>) -> Vec<u32> {
+    let view = node.view();
+    let is_member = |name: &str| view.members.iter().any(|m| m.name == name);
+    crate::core::membership::current_workers(&layout.worker_nodes, is_member, me)
 }
 
 pub(crate) async fn worker_role<A: PsApp>(
@@ -159,6 +166,10 @@ async fn run_worker<A: PsApp>(
         }
         // Cache hits never yield: let the node's actors run between clocks.
         tokio::task::yield_now().await;
+    }
+    // A drained worker may owe the shards one more clock (ps-lda gives its documents up).
+    if node.is_leave_requested() && job.app.leave_worker(&mut state, &ctx)? {
+        client.clock()?;
     }
     client.leave()?;
     let done = job.app.finish_worker(state, &ctx)?;

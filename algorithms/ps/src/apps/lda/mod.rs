@@ -3,7 +3,8 @@
 //!
 //! One sparse table `word_topic` ([`WORD_TOPIC`]): row `w < V` holds the topic counts of
 //! word `w`, row `V` the topic totals, under the job's consistency model. Documents are
-//! split over the workers as the STRADS app splits them. A worker ([`PsLdaWorker`]):
+//! split over the current workers as the STRADS app splits them, and follow the workers
+//! that join and leave (`elastic.rs`). A worker ([`PsLdaWorker`]):
 //! clock 0 draws random topics, `batch_inc`s the counts and ends with `barrier()`; then per
 //! clock it reads its words' rows and the totals (`get_many`), samples its share of a pass
 //! (`clocks_per_iteration` clocks per pass) with the SparseLDA sampler shared with STRADS,
@@ -22,7 +23,7 @@
 //! larger corpora are refused (see `crate::core::lda`).
 
 use crate::core::lda::{
-    FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
+    FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, share_of, snapshot_word_log_likelihood,
 };
 use crate::core::managed::{SendPolicy, slice_ranges};
 use crate::core::server_push::ServerPushConfig;
@@ -31,8 +32,8 @@ use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
 use crate::kit::settings::{ManagedSettings, RunFiles};
 use crate::kit::{
-    MonitorCtx, MonitorState, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, WorkerDone,
-    decode, encode,
+    MonitorCtx, MonitorState, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerChange, WorkerCtx,
+    WorkerDone, decode, encode,
 };
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
@@ -40,15 +41,14 @@ use petrel_messages::remote_message;
 use petrel_ml::data::Corpus;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::job::{InvalidSetting, SettingChecks};
-use petrel_ml::topic::{
-    DocumentPartition, LdaConfig, LdaMetrics, LoglikPoint, load_corpus, write_topic_files,
-};
+use petrel_ml::topic::{LdaConfig, LdaMetrics, LoglikPoint, load_corpus, write_topic_files};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod config;
+mod elastic;
 mod report;
 
 pub use config::*;
@@ -60,8 +60,6 @@ pub struct PsLda {
     pub cfg: PsLdaSettings,
     /// The corpus.
     pub corpus: Corpus,
-    /// Which worker samples which documents.
-    pub docs: DocumentPartition,
     tables: Vec<TableSpec>,
 }
 
@@ -69,6 +67,8 @@ pub struct PsLda {
 pub struct PsLdaWorkerState {
     core: PsLdaWorker,
     rows: Vec<RowId>,
+    /// The current workers its documents are its share among.
+    members: Vec<u32>,
     start: Instant,
     p: PsLdaProgress,
 }
@@ -111,6 +111,32 @@ pub struct PsLdaMonitor {
     /// The newest worker clock among the reports of each curve point.
     point_clocks: Vec<u64>,
     next: usize,
+    /// The last pass each worker reported (a resumed worker sends its reports again).
+    #[serde(skip)]
+    reported: BTreeMap<u32, usize>,
+}
+
+impl PsLdaMonitor {
+    /// Keeps a pass report for its curve point (one per worker and pass: a resumed worker
+    /// sends its reports again).
+    fn record(&mut self, it: PsLdaIteration) {
+        let last = self.reported.entry(it.worker).or_default();
+        *last = (*last).max(it.iteration);
+        if it.iteration >= self.next {
+            let pass = self.pending.entry(it.iteration).or_default();
+            if pass.iter().all(|r| r.worker != it.worker) {
+                pass.push(it);
+            }
+        }
+    }
+
+    /// Whether pass `pass` has its curve point: some worker reported it and every current
+    /// worker reached it (a joiner's first report is the pass before its first; a worker
+    /// that left is no longer current).
+    fn pass_ready(&self, pass: usize, current: &[u32]) -> bool {
+        self.pending.get(&pass).is_some_and(|r| !r.is_empty())
+            && (current.iter()).all(|w| self.reported.get(w).is_some_and(|&p| p >= pass))
+    }
 }
 
 impl MonitorState for PsLdaMonitor {
@@ -129,6 +155,7 @@ impl MonitorState for PsLdaMonitor {
             curve: self.curve[..kept].to_vec(),
             point_clocks: self.point_clocks[..kept].to_vec(),
             next: kept,
+            reported: BTreeMap::new(),
         };
         Ok(encode(&saved)?)
     }
@@ -154,19 +181,18 @@ impl PsApp for PsLda {
     };
     const MONITOR_ACTOR: &'static str = "ps-lda-monitor";
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = Some(300);
+    const ELASTIC: bool = true;
 
     fn validate_config(cfg: &PsLdaSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
     }
 
-    fn new(cfg: PsLdaSettings, layout: &PsLayout) -> Result<Self, PsError> {
+    fn new(cfg: PsLdaSettings, _layout: &PsLayout) -> Result<Self, PsError> {
         let tables = cfg.tables()?;
         let corpus = cfg.load()?;
-        let docs = DocumentPartition::balanced(&corpus, layout.worker_nodes.len());
         Ok(PsLda {
             cfg,
             corpus,
-            docs,
             tables,
         })
     }
@@ -223,22 +249,40 @@ impl PsApp for PsLda {
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, PsLdaReport>) -> Result<PsLdaWorkerState, PsError> {
-        let w = ctx.worker() as usize;
-        let docs = self.docs.docs_of(&self.corpus, w);
+        let (w, members) = (ctx.worker(), ctx.current_workers());
+        let docs = share_of(&self.corpus, &members, w);
         let lda = self.cfg.lda_config(ctx.n_workers() as usize);
-        let core = PsLdaWorker::new(w, docs, self.corpus.vocab_size, &lda)?;
+        let core = PsLdaWorker::new(w as usize, docs, self.corpus.vocab_size, &lda)?;
         if let Some(manager) = self.cfg.comm.manager() {
             ctx.client.start_managed(manager);
         }
-        Ok(PsLdaWorkerState {
+        let mut st = PsLdaWorkerState {
             rows: core.row_ids(),
             core,
+            members,
             start: Instant::now(),
             p: PsLdaProgress {
                 iteration: 1,
                 ..PsLdaProgress::default()
             },
-        })
+        };
+        if let Some(clock) = ctx.joined_at().filter(|&c| c > 0) {
+            self.join(&mut st, ctx, clock)?;
+        }
+        Ok(st)
+    }
+
+    fn leave_worker(
+        &self,
+        st: &mut PsLdaWorkerState,
+        ctx: &WorkerCtx<'_, PsLdaReport>,
+    ) -> Result<bool, PsError> {
+        // A worker past its last pass keeps its documents: the others are done too.
+        if !st.p.started || st.p.iteration > self.cfg.iterations {
+            return Ok(false);
+        }
+        self.retake(st, ctx, Vec::new())?;
+        Ok(true)
     }
 
     async fn step(
@@ -277,8 +321,10 @@ impl PsApp for PsLda {
                 st.start = Instant::now();
             }
         }
+        let moved = self.follow_members(st, ctx)?;
         if st.p.iteration > cfg.iterations {
-            return Ok(PsStep::Done);
+            // Documents taken after the last pass still reach the shards with a clock.
+            return Ok(if moved { PsStep::Clock } else { PsStep::Done });
         }
         let parts = cfg.clocks_per_iteration.max(1) as usize;
         let t = Instant::now();
@@ -384,21 +430,14 @@ impl PsApp for PsLda {
     ) -> Result<Option<String>, PsError> {
         for r in reports {
             match r {
-                // A resumed worker sends its reports again: keep one per worker and pass.
-                PsLdaReport::Iteration(it) if it.iteration >= m.next => {
-                    let pass = m.pending.entry(it.iteration).or_default();
-                    if pass.iter().all(|r| r.worker != it.worker) {
-                        pass.push(it);
-                    }
-                }
-                PsLdaReport::Iteration(_) => {}
+                PsLdaReport::Iteration(it) => m.record(it),
                 PsLdaReport::Done(d) => m.done.push(d),
             }
         }
-        let n_workers = ctx.layout.n_workers() as usize;
+        let current = ctx.current_workers();
         let (v, k, beta) = (self.corpus.vocab_size, self.cfg.n_topics, self.cfg.beta);
         let n_tokens = self.corpus.n_tokens();
-        while m.pending.get(&m.next).is_some_and(|r| r.len() == n_workers) {
+        while m.pass_ready(m.next, &current) {
             let reps = m.pending.remove(&m.next).unwrap_or_default();
             let clock = reps.iter().map(|r| r.clock).max().unwrap_or(0);
             ctx.wait_for_min_clock(clock).await?;
@@ -451,6 +490,7 @@ impl PsApp for PsLda {
             doc_ll += d.doc_loglik;
             stats.merge(&d.base.staleness);
         }
+        let bases: Vec<WorkerDone> = m.done.iter().map(|d| d.base.clone()).collect();
         let sum = |count: fn(&PsLdaDone) -> u64| m.done.iter().map(count).sum::<u64>();
         let (tokens, clamped) = (sum(|d| d.tokens), sum(|d| d.clamped));
         let (fetched, early) = (sum(|d| d.rows_fetched), sum(|d| d.managed_rows));
@@ -498,6 +538,7 @@ impl PsApp for PsLda {
             managed_rows_sent: early,
             per_worker_sent_bytes: m.done.iter().map(|d| d.base.sent_bytes).collect(),
             per_worker_received_bytes: m.done.iter().map(|d| d.base.received_bytes).collect(),
+            changes: WorkerChange::of_reports(&bases),
         };
         tracing::info!(
             loglik_per_token = final_ll,

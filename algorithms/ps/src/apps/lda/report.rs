@@ -84,6 +84,9 @@ pub struct PsLdaMetrics {
     /// Bytes each worker's node received.
     #[serde(default)]
     pub per_worker_received_bytes: Vec<u64>,
+    /// Workers that joined or left the running job, by clock (none with a fixed membership).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<WorkerChange>,
 }
 
 /// What an in-process run returns: the metrics and the checked final table.

@@ -220,3 +220,38 @@ fn compute_slices_change_nothing_without_managed() {
     );
     assert_eq!(a.table.topic_word(0.1), b.table.topic_word(0.1));
 }
+
+/// A pass's curve point waits for every current worker to reach it: a joiner's first report
+/// (the pass before its first, holding no documents) lets earlier passes complete, and a
+/// worker that left is no longer waited for.
+#[test]
+fn a_pass_is_ready_once_every_current_worker_reached_it() {
+    let mut m = PsLdaMonitor::default();
+    let report = |worker: u32, iteration: usize| PsLdaIteration {
+        worker,
+        iteration,
+        clock: iteration as u64,
+        doc_loglik: 0.0,
+        tokens: 0,
+        sampling_s: 0.0,
+    };
+    for (w, pass) in [(0, 0), (1, 0), (0, 1)] {
+        m.record(report(w, pass));
+    }
+    assert!(m.pass_ready(0, &[0, 1]));
+    assert!(!m.pass_ready(1, &[0, 1]), "worker 1 is in pass 1");
+    // Worker 2 joins in pass 2: until its first report, pass 1 waits for it too.
+    m.record(report(1, 1));
+    assert!(!m.pass_ready(1, &[0, 1, 2]));
+    m.record(report(2, 1));
+    assert!(m.pass_ready(1, &[0, 1, 2]));
+    // Worker 0 drains in pass 2: the pass waits while its node is a member.
+    m.record(report(1, 2));
+    m.record(report(2, 2));
+    assert!(!m.pass_ready(2, &[0, 1, 2]));
+    assert!(m.pass_ready(2, &[1, 2]), "worker 0 left");
+    assert!(!m.pass_ready(3, &[1, 2]), "nobody reported pass 3");
+    // The fixed membership's rule: every worker reported the pass.
+    m.record(report(1, 2));
+    assert_eq!(m.pending[&2].len(), 2, "a report sent again counts once");
+}

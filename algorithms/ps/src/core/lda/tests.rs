@@ -1,5 +1,6 @@
 use super::*;
 use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
+use std::collections::HashMap;
 
 fn config(iterations: usize) -> LdaConfig {
     LdaConfig {
@@ -317,4 +318,133 @@ fn word_frequencies(workers: &[PsLdaWorker], vocab_size: usize) -> Vec<usize> {
         }
     }
     freq
+}
+
+/// Adds `deltas` to `table`.
+fn apply(table: &mut [Row], deltas: Vec<(RowId, Row)>) {
+    for (r, d) in deltas {
+        table[r.0 as usize].add(&d);
+    }
+}
+
+/// One sweep of every worker against the exact table, its changes applied.
+fn sweep_all(workers: &mut [PsLdaWorker], table: &mut [Row]) {
+    for w in workers {
+        let rows: Vec<Row> = (w.row_ids().iter())
+            .map(|r| table[r.0 as usize].clone())
+            .collect();
+        let mut view = w.view(&rows).unwrap();
+        w.sweep(0..w.docs.len(), &mut view);
+        apply(table, w.take_deltas(&mut view));
+    }
+}
+
+/// The table holds exactly the sum of the workers' assignments, and every document is
+/// held by exactly one of them (the total token count is the corpus's).
+fn assert_table_is_the_assignments(
+    c: &petrel_ml::data::Corpus,
+    workers: &[PsLdaWorker],
+    table: &[Row],
+) {
+    let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
+    assert_eq!(t.topic_totals.iter().sum::<i64>(), c.n_tokens() as i64);
+    let mut sum = vec![vec![0u32; 5]; c.vocab_size];
+    for w in workers {
+        w.check_doc_counts().unwrap();
+        for (word, counts) in own_word_counts(w) {
+            for (t, n) in counts.entries {
+                sum[word as usize][t as usize] += n;
+            }
+        }
+    }
+    for (word, row) in t.word_topic.iter().enumerate() {
+        assert_eq!(
+            per_topic(row, 5),
+            sum[word].iter().map(|&n| i64::from(n)).collect::<Vec<_>>()
+        );
+    }
+    let mut held: Vec<u32> = workers.iter().flat_map(|w| w.doc_ids().to_vec()).collect();
+    held.sort_unstable();
+    assert_eq!(held, (0..c.docs.len() as u32).collect::<Vec<_>>());
+}
+
+/// A join (members 0, 1 -> 0, 1, 2) and a leave (-> 1, 2) between sweeps: each worker
+/// retakes its share by rank, the leaver gives every document up, and the shared counts
+/// equal the sum of the current assignments after each change; kept documents keep their
+/// topics, and the sampler goes on from there.
+#[test]
+fn documents_follow_the_members_and_the_counts_stay_the_assignments() {
+    let c = corpus();
+    let cfg = config(0);
+    let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); c.vocab_size + 1];
+    let mut workers: Vec<PsLdaWorker> = (0..2u32)
+        .map(|w| {
+            let docs = share_of(&c, &[0, 1], w);
+            PsLdaWorker::new(w as usize, docs, c.vocab_size, &cfg).unwrap()
+        })
+        .collect();
+    for w in &mut workers {
+        let init = w.take_initial_deltas();
+        apply(&mut table, init);
+    }
+    sweep_all(&mut workers, &mut table);
+    assert_table_is_the_assignments(&c, &workers, &table);
+    // Worker 2 joins: it starts with its share; 0 and 1 give up theirs of it.
+    let mut joiner = PsLdaWorker::new(2, share_of(&c, &[0, 1, 2], 2), c.vocab_size, &cfg).unwrap();
+    apply(&mut table, joiner.take_initial_deltas());
+    for w in &mut workers {
+        let before: HashMap<u32, Vec<u32>> = w
+            .doc_ids()
+            .iter()
+            .copied()
+            .zip(w.assignments.clone())
+            .collect();
+        let n_before = before.len();
+        let r = w.retake(share_of(&c, &[0, 1, 2], w.worker as u32)).unwrap();
+        assert_eq!(r.kept + r.dropped, n_before);
+        assert_eq!(r.kept + r.drawn, w.doc_ids().len());
+        assert!(r.dropped > 0, "worker {} gave nothing up", w.worker);
+        for (id, topics) in w.doc_ids().iter().zip(&w.assignments) {
+            if let Some(old) = before.get(id) {
+                assert_eq!(old, topics, "document {id} kept its topics");
+            }
+        }
+        apply(&mut table, r.deltas);
+    }
+    workers.push(joiner);
+    assert_table_is_the_assignments(&c, &workers, &table);
+    sweep_all(&mut workers, &mut table);
+    assert_table_is_the_assignments(&c, &workers, &table);
+    // Worker 0 leaves: it gives everything up; 1 and 2 take the documents of two.
+    let r = workers[0].retake(Vec::new()).unwrap();
+    assert_eq!((r.kept, r.drawn), (0, 0));
+    apply(&mut table, r.deltas);
+    assert!(workers[0].row_ids().len() == 1, "only the totals row left");
+    let mut left = workers.split_off(1);
+    for w in &mut left {
+        let r = w.retake(share_of(&c, &[1, 2], w.worker as u32)).unwrap();
+        apply(&mut table, r.deltas);
+    }
+    assert_table_is_the_assignments(&c, &left, &table);
+    for _ in 0..2 {
+        sweep_all(&mut left, &mut table);
+    }
+    assert_table_is_the_assignments(&c, &left, &table);
+    // A retake to the same share moves nothing and sends nothing.
+    let same = share_of(&c, &[1, 2], 1);
+    let r = left[0].retake(same).unwrap();
+    assert_eq!((r.dropped, r.drawn), (0, 0));
+    assert!(r.deltas.is_empty());
+    // Documents given up before their initial counts were sent cancel out: nothing to send.
+    let mut late = PsLdaWorker::new(3, share_of(&c, &[1, 2, 3], 3), c.vocab_size, &cfg).unwrap();
+    let r = late.retake(Vec::new()).unwrap();
+    assert!(r.dropped > 0 && r.deltas.is_empty(), "{r:?}");
+}
+
+#[test]
+fn a_worker_not_among_the_members_takes_no_documents() {
+    let c = corpus();
+    assert!(share_of(&c, &[0, 2], 1).is_empty());
+    let n: usize = [0, 2].iter().map(|&w| share_of(&c, &[0, 2], w).len()).sum();
+    assert_eq!(n, c.docs.len());
 }
