@@ -7,12 +7,13 @@
 //! Because every shard applies the same element-wise update to the same averaged
 //! gradient, the three modes compute identical parameters; only the timing differs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use petrel_ml::dnn::FlatSgdMomentum;
 use serde::{Deserialize, Serialize};
 
 use crate::core::error::P3CoreError;
+use crate::core::roster::{Announce, WorkerRoster};
 use crate::core::slicing::SlicePlan;
 
 /// One slice's state in a shard's checkpoint file.
@@ -33,30 +34,79 @@ struct ShardSlice {
     initialised: bool,
     /// Iteration whose gradients are being collected.
     iter: u64,
+    /// By worker id.
     grads: Vec<Option<Vec<f32>>>,
     received: usize,
+    /// The workers of `iter`.
+    roster: WorkerRoster,
+    /// Announced with this iteration's pushes: joining and leaving after it.
+    joiners: BTreeSet<usize>,
+    leaving: BTreeSet<usize>,
+    /// Joiners waiting for the values they start from.
+    pulls: BTreeSet<usize>,
+}
+
+/// A slice's values after an update, and the workers of the iteration they start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The iteration whose gradients were applied (the values start `iter + 1`).
+    pub iter: u64,
+    /// The slice's new values.
+    pub values: Vec<f32>,
+    /// The workers of iteration `iter + 1`, in worker order.
+    pub members: Vec<usize>,
+    /// Joiners whose pull of this slice these values answer.
+    pub pulls: Vec<usize>,
 }
 
 /// The parameter slices of one server shard.
 #[derive(Debug)]
 pub struct SliceShardCore {
     shard: usize,
-    n_workers: usize,
+    /// Worker ids run `0..capacity` (every worker node the job may have).
+    capacity: usize,
+    /// Iterations of the job: a slice past them answers every pull.
+    end: u64,
     opt: FlatSgdMomentum,
     slices: HashMap<usize, ShardSlice>,
 }
 
 impl SliceShardCore {
-    /// Zero parameters for every slice of `plan` owned by `shard`; call
-    /// [`SliceShardCore::init_slice`] for each before the first gradient.
+    /// Zero parameters for every slice of `plan` owned by `shard`, averaged over workers
+    /// `0..n_workers`; call [`SliceShardCore::init_slice`] for each before the first
+    /// gradient.
     pub fn new(
         plan: &SlicePlan,
         shard: usize,
         n_workers: usize,
         opt: FlatSgdMomentum,
     ) -> Result<Self, P3CoreError> {
-        if n_workers == 0 {
+        Self::elastic(
+            plan,
+            shard,
+            n_workers,
+            &(0..n_workers).collect::<Vec<_>>(),
+            opt,
+        )
+    }
+
+    /// Like [`SliceShardCore::new`] for a job whose workers may change: ids `0..capacity`,
+    /// of which `members` start (the others join later, see [`crate::core::roster`]).
+    pub fn elastic(
+        plan: &SlicePlan,
+        shard: usize,
+        capacity: usize,
+        members: &[usize],
+        opt: FlatSgdMomentum,
+    ) -> Result<Self, P3CoreError> {
+        if members.is_empty() {
             return Err(P3CoreError::NoWorkers);
+        }
+        if let Some(&worker) = members.iter().find(|&&w| w >= capacity) {
+            return Err(P3CoreError::WorkerOutOfRange {
+                worker,
+                n_workers: capacity,
+            });
         }
         if shard >= plan.n_shards() {
             return Err(P3CoreError::ShardOutOfRange {
@@ -64,6 +114,7 @@ impl SliceShardCore {
                 n_shards: plan.n_shards(),
             });
         }
+        let roster = WorkerRoster::new(members.iter().copied());
         let slices = plan
             .shard_slices(shard)
             .map(|s| {
@@ -75,18 +126,30 @@ impl SliceShardCore {
                         velocity: vec![0.0; len],
                         initialised: false,
                         iter: 0,
-                        grads: vec![None; n_workers],
+                        grads: vec![None; capacity],
                         received: 0,
+                        roster: roster.clone(),
+                        joiners: BTreeSet::new(),
+                        leaving: BTreeSet::new(),
+                        pulls: BTreeSet::new(),
                     },
                 )
             })
             .collect();
         Ok(SliceShardCore {
             shard,
-            n_workers,
+            capacity,
+            end: u64::MAX,
             opt,
             slices,
         })
+    }
+
+    /// The job ends after `iterations`: a joiner pulling a slice past them is answered at
+    /// once (it has nothing left to do).
+    pub fn ending_at(mut self, iterations: u64) -> Self {
+        self.end = iterations;
+        self
     }
 
     /// This shard's index.
@@ -203,10 +266,27 @@ impl SliceShardCore {
         slice: usize,
         grad: Vec<f32>,
     ) -> Result<Option<Vec<f32>>, P3CoreError> {
-        let n_workers = self.n_workers;
-        let opt = self.opt;
-        if worker >= n_workers {
-            return Err(P3CoreError::WorkerOutOfRange { worker, n_workers });
+        let applied = self.push(iter, worker, slice, grad, &Announce::default())?;
+        Ok(applied.map(|a| a.values))
+    }
+
+    /// [`SliceShardCore::contribute`] with what the worker announces for the next
+    /// iteration; the update, when this push completed the slice's iteration, comes with
+    /// the next iteration's workers and the joiners' pulls it answers.
+    pub fn push(
+        &mut self,
+        iter: u64,
+        worker: usize,
+        slice: usize,
+        grad: Vec<f32>,
+        announce: &Announce,
+    ) -> Result<Option<Applied>, P3CoreError> {
+        let (capacity, end, opt) = (self.capacity, self.end, self.opt);
+        if worker >= capacity {
+            return Err(P3CoreError::WorkerOutOfRange {
+                worker,
+                n_workers: capacity,
+            });
         }
         let s = self.slice_mut(slice)?;
         if !s.initialised {
@@ -226,6 +306,13 @@ impl SliceShardCore {
                 got: grad.len(),
             });
         }
+        if !s.roster.contains(worker) {
+            return Err(P3CoreError::NotAMember {
+                slice,
+                iter,
+                worker,
+            });
+        }
         if s.grads[worker].is_some() {
             return Err(P3CoreError::Duplicate {
                 slice,
@@ -235,7 +322,12 @@ impl SliceShardCore {
         }
         s.grads[worker] = Some(grad);
         s.received += 1;
-        if s.received < n_workers {
+        s.joiners
+            .extend(announce.joiners.iter().filter(|&&w| w < capacity));
+        if announce.leaving {
+            s.leaving.insert(worker);
+        }
+        if s.received < s.roster.len() {
             return Ok(None);
         }
         let mut sum = vec![0.0f32; s.params.len()];
@@ -244,13 +336,66 @@ impl SliceShardCore {
                 sum.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
             }
         }
-        let n = n_workers as f32;
+        let n = s.received as f32;
         sum.iter_mut().for_each(|x| *x /= n);
         opt.step(&mut s.velocity, &mut s.params, &sum)
             .map_err(P3CoreError::Optimizer)?;
         s.received = 0;
+        s.roster = s.roster.next(&s.joiners, &s.leaving);
+        s.joiners.clear();
+        s.leaving.clear();
         s.iter += 1;
-        Ok(Some(s.params.clone()))
+        let done = s.iter >= end;
+        let roster = &s.roster;
+        let pulls: Vec<usize> = s
+            .pulls
+            .iter()
+            .copied()
+            .filter(|&w| done || roster.contains(w))
+            .collect();
+        pulls.iter().for_each(|w| {
+            s.pulls.remove(w);
+        });
+        Ok(Some(Applied {
+            iter,
+            values: s.params.clone(),
+            members: s.roster.members().iter().copied().collect(),
+            pulls,
+        }))
+    }
+
+    /// A joiner asks for the values it starts from: answered at once when it is a member
+    /// of the iteration `slice` collects and has not pushed to it (the values are those of
+    /// the end of the previous iteration) or when the job is over, else held until an
+    /// update makes it a member ([`Applied::pulls`]).
+    pub fn pull(&mut self, worker: usize, slice: usize) -> Result<Option<Applied>, P3CoreError> {
+        let (capacity, end) = (self.capacity, self.end);
+        if worker >= capacity {
+            return Err(P3CoreError::WorkerOutOfRange {
+                worker,
+                n_workers: capacity,
+            });
+        }
+        let s = self.slice_mut(slice)?;
+        if s.roster.has_left(worker) {
+            return Err(P3CoreError::NotAMember {
+                slice,
+                iter: s.iter,
+                worker,
+            });
+        }
+        let member = s.iter > 0 && s.roster.contains(worker) && s.grads[worker].is_none();
+        let now = s.iter >= end || member;
+        if !(now && s.initialised) {
+            s.pulls.insert(worker);
+            return Ok(None);
+        }
+        Ok(Some(Applied {
+            iter: s.iter.saturating_sub(1),
+            values: s.params.clone(),
+            members: s.roster.members().iter().copied().collect(),
+            pulls: vec![worker],
+        }))
     }
 }
 
