@@ -17,6 +17,12 @@ pub struct PushGrad {
     /// The gradient values of the slice.
     #[serde(with = "f32_bytes")]
     pub grad: Vec<f32>,
+    /// The worker leaves after this iteration ([`crate::core::Announce`]).
+    #[serde(default)]
+    pub leaving: bool,
+    /// Workers it saw join that are not members yet.
+    #[serde(default)]
+    pub joiners: Vec<u32>,
 }
 
 /// A slice's parameters after the update of iteration `iter`.
@@ -29,9 +35,25 @@ pub struct SliceValues {
     /// The new values.
     #[serde(with = "f32_bytes")]
     pub values: Vec<f32>,
+    /// The workers of iteration `iter + 1`, in worker order.
+    #[serde(default)]
+    pub workers: Vec<u32>,
 }
 
 remote_message!(PushGrad => SliceValues, "petrel.p3.push", payload = grad);
+
+/// A joining worker asks for a slice's values at the iteration it starts. Reply: the
+/// values after iteration `iter`, once the worker is a member of `iter + 1` (or the job
+/// is over).
+#[derive(Serialize, Deserialize)]
+pub struct PullSlice {
+    /// The joining worker.
+    pub worker: u32,
+    /// The slice id.
+    pub slice: u32,
+}
+
+remote_message!(PullSlice => SliceValues, "petrel.p3.pull");
 
 /// Initial values of a slice (sent once by worker 0 before training). Reply: the slice id.
 #[derive(Serialize, Deserialize)]

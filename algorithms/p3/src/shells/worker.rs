@@ -10,14 +10,14 @@ use petrel_messages::Priority;
 use crate::checkpoint::{
     CheckpointConfig, CheckpointPolicy, assemble_params, write_manifest, write_worker_file,
 };
-use crate::core::{SlicePlan, SliceWorkerCore};
+use crate::core::{Announce, RosterChange, SlicePlan, SliceWorkerCore, WorkerRoster};
 use crate::error::P3Error;
 use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel, StepStats};
 use crate::shells::index_in;
 use crate::shells::messages::{
-    InitSlice, PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved,
+    InitSlice, PullSlice, PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved,
 };
-use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE};
+use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE, starting_workers};
 
 /// The actor on worker 0 that hears which checkpoint files the other workers wrote.
 pub const CHECKPOINT_ACTOR: &str = "p3-checkpoint";
@@ -53,6 +53,8 @@ struct Pusher {
     worker: u32,
     timeout: Duration,
     bytes: u64,
+    /// What this iteration's pushes announce (leaving, joiners seen).
+    announce: Announce,
     /// Slices on the wire now and since when (`/metrics`: wire busy time).
     wire: std::rc::Rc<std::cell::RefCell<WireBusy>>,
 }
@@ -112,6 +114,8 @@ impl Pusher {
                 worker: self.worker,
                 slice: s.id as u32,
                 grad: values,
+                leaving: self.announce.leaving,
+                joiners: self.announce.joiners.iter().map(|&w| w as u32).collect(),
             };
             let (tx, timeout, wire) = (self.tx.clone(), self.timeout, self.wire.clone());
             let node = wire.borrow().node.clone();
@@ -156,6 +160,11 @@ struct Worker<M> {
     /// Worker 0: the other workers' reports of their checkpoint files.
     saved: tokio::sync::mpsc::UnboundedReceiver<WorkerSaved>,
     shard_nodes: Vec<String>,
+    /// The workers of iteration `roster_iter` (the latest the replies told).
+    roster: WorkerRoster,
+    roster_iter: u64,
+    /// The changes of the workers this worker saw.
+    changes: Vec<RosterChange>,
 }
 
 impl<M: StageModel> Worker<M> {
@@ -175,6 +184,11 @@ impl<M: StageModel> Worker<M> {
         }
         // The shard answers with the iteration it aggregated; the worker waits for iter + 1.
         let round = v.iter + 1;
+        if round > self.roster_iter && !v.workers.is_empty() {
+            let members: Vec<usize> = v.workers.iter().map(|&w| w as usize).collect();
+            self.changes.extend(self.roster.adopt(round, &members));
+            self.roster_iter = round;
+        }
         if let Some(unit) = self.core.receive(round, slice, &v.values)?
             && let Some(values) = self.core.layer_params(unit)
         {
@@ -208,6 +222,15 @@ impl<M: StageModel> Worker<M> {
     /// iteration's start mark (when stage 0 began).
     async fn forward(&mut self, iter: u64, first: bool) -> Result<Option<Instant>, P3Error> {
         let me = self.me;
+        // The iteration's batch follows this worker's rank among its workers, which the
+        // first reply of the previous iteration tells.
+        while self.roster_iter < iter {
+            let a = self.rx.recv().await.ok_or(P3Error::RepliesClosed)?;
+            self.accept(a)?;
+        }
+        if let Some(rank) = self.roster.rank(me) {
+            self.model.set_rank(rank, self.roster.len());
+        }
         let mut mark = None;
         for stage in 0..self.layout.n_stages() {
             let units = self.layout.stage(stage);
@@ -425,30 +448,36 @@ pub async fn worker_role<M: StageModel>(
             model: layout.tensor_counts().to_vec(),
         });
     }
-    let (start, params, stats) = resume_state(&job, &plan, me)?;
+    let saving = job.checkpoint.clone().filter(|c| c.every > 0);
+    let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
+    let (start, params, stats, roster) = if ctx.spec.standby {
+        let (start, params, members) = pull_params(&ctx, &job, &plan, &shard_nodes, me).await?;
+        tracing::info!(worker = me, start, ?members, "p3 worker joined");
+        (start, params, Vec::new(), WorkerRoster::new(members))
+    } else {
+        let (start, params, stats) = resume_state(&job, &plan, me)?;
+        if me == 0 && saving.is_some() {
+            let addr = actix::Actor::start(SavedCollector { tx: saved_tx });
+            ctx.node
+                .register(CHECKPOINT_ACTOR, addr)?
+                .accept::<WorkerSaved>();
+        }
+        ctx.barrier("p3.ready").await?;
+        if me == 0 && start == 0 {
+            init_shards(&ctx, &job, &shard_nodes).await?;
+        }
+        ctx.barrier("p3.init").await?;
+        let (_, starting) = starting_workers(&ctx);
+        (start, params, stats, WorkerRoster::new(starting))
+    };
     let core = SliceWorkerCore::new(plan, params)?;
     for (u, v) in core.params().iter().enumerate() {
         model.set_tensor(u, v).map_err(|e| P3Error::model(me, e))?;
     }
-    let saving = job.checkpoint.clone().filter(|c| c.every > 0);
-    let policy = CheckpointPolicy::new(saving.as_ref().map_or(0, |c| c.every), job.iterations);
-    let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
-    if me == 0 && saving.is_some() {
-        let addr = actix::Actor::start(SavedCollector { tx: saved_tx });
-        ctx.node
-            .register(CHECKPOINT_ACTOR, addr)?
-            .accept::<WorkerSaved>();
-    }
-    ctx.barrier("p3.ready").await?;
     let shards: Vec<ActorRef<PushGrad>> = shard_nodes
         .iter()
         .map(|n| ctx.node.actor_at::<PushGrad>(n, SHARD_ACTOR))
         .collect::<Result<_, _>>()?;
-    if me == 0 && start == 0 {
-        init_shards(&ctx, &job, &shard_nodes).await?;
-    }
-    ctx.barrier("p3.init").await?;
-
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Arrival>();
     let pusher = Pusher {
         shards,
@@ -456,6 +485,7 @@ pub async fn worker_role<M: StageModel>(
         worker: me as u32,
         timeout: job.ask_timeout,
         bytes: 0,
+        announce: Announce::default(),
         wire: std::rc::Rc::new(std::cell::RefCell::new(WireBusy {
             node: ctx.node.name().to_string(),
             ..WireBusy::default()
@@ -474,43 +504,11 @@ pub async fn worker_role<M: StageModel>(
         stats,
         saved,
         shard_nodes,
+        roster,
+        roster_iter: start,
+        changes: Vec::new(),
     };
-    let mut marks = Vec::with_capacity(job.iterations as usize + 1);
-    for iter in start..job.iterations {
-        marks.extend(w.forward(iter, iter == start).await?);
-        let step = w.model.stats();
-        if let Some(s) = &step {
-            // A step too large shows first in the loss: one number per iteration, where a
-            // pass over the parameters would cost a copy of the model.
-            if !s.loss.is_finite() {
-                return Err(P3Error::Diverged {
-                    worker: me,
-                    iter,
-                    what: "the training loss",
-                    value: s.loss,
-                });
-            }
-            let elapsed = marks.first().map_or(Duration::ZERO, Instant::elapsed);
-            let node = ctx.node.name();
-            petrel_observe::metrics()
-                .job
-                .point(node, "loss", elapsed, f64::from(s.loss));
-        }
-        w.stats.push(step);
-        w.core.begin_round(iter + 1);
-        w.backward(iter).await?;
-        if let Some(p) = &progress {
-            p(me, iter, w.model.stats());
-        }
-        if let Some(c) = &saving
-            && policy.due_after(iter)
-        {
-            w.wait_for(|c| c.all_ready()).await?;
-            w.save_checkpoint(&ctx, c, iter + 1).await?;
-        }
-    }
-    w.wait_for(|c| c.all_ready()).await?;
-    marks.push(Instant::now());
+    let marks = w.train(&ctx, start, saving, progress).await?;
     // Once per job: the last update has no loss after it, and an emulated model has none.
     let params = w.core.params();
     if let Some(value) = params.iter().flatten().copied().find(|v| !v.is_finite()) {
@@ -523,12 +521,138 @@ pub async fn worker_role<M: StageModel>(
     }
     Ok(P3WorkerReport {
         worker: me,
+        start,
         marks,
         params: params.to_vec(),
         stats: w.stats,
         bytes_pushed: w.pusher.bytes,
         ready_order: w.ready_order,
+        changes: w.changes,
+        final_workers: w.roster.members().iter().copied().collect(),
     })
+}
+
+impl<M: StageModel> Worker<M> {
+    /// Trains from iteration `start` to the job's end, or to the end of the iteration
+    /// after which this worker leaves (its node was asked to). Returns the iteration marks.
+    async fn train(
+        &mut self,
+        ctx: &NodeContext,
+        start: u64,
+        saving: Option<CheckpointConfig>,
+        progress: Option<Progress>,
+    ) -> Result<Vec<Instant>, P3Error> {
+        let (me, job) = (self.me, self.job.clone());
+        let policy = CheckpointPolicy::new(saving.as_ref().map_or(0, |c| c.every), job.iterations);
+        let mut marks = Vec::with_capacity(job.iterations.saturating_sub(start) as usize + 1);
+        for iter in start..job.iterations {
+            marks.extend(self.forward(iter, iter == start).await?);
+            let step = self.model.stats();
+            if let Some(s) = &step {
+                // A step too large shows first in the loss: one number per iteration, where a
+                // pass over the parameters would cost a copy of the model.
+                if !s.loss.is_finite() {
+                    return Err(P3Error::Diverged {
+                        worker: me,
+                        iter,
+                        what: "the training loss",
+                        value: s.loss,
+                    });
+                }
+                let elapsed = marks.first().map_or(Duration::ZERO, Instant::elapsed);
+                let node = ctx.node.name();
+                petrel_observe::metrics()
+                    .job
+                    .point(node, "loss", elapsed, f64::from(s.loss));
+            }
+            self.stats.push(step);
+            let live = live_workers(ctx);
+            self.pusher.announce = self
+                .roster
+                .announce(me, ctx.node.is_leave_requested(), &live);
+            self.core.begin_round(iter + 1);
+            self.backward(iter).await?;
+            if let Some(p) = &progress {
+                p(me, iter, self.model.stats());
+            }
+            if self.pusher.announce.leaving {
+                // The node leaves once the role returns, with this iteration's replies in.
+                ctx.node.leave_when_done();
+                tracing::info!(worker = me, iter, "p3 worker leaves after this iteration");
+                break;
+            }
+            if let Some(c) = &saving
+                && policy.due_after(iter)
+            {
+                self.wait_for(|c| c.all_ready()).await?;
+                self.save_checkpoint(ctx, c, iter + 1).await?;
+            }
+        }
+        self.wait_for(|c| c.all_ready()).await?;
+        marks.push(Instant::now());
+        Ok(marks)
+    }
+}
+
+/// The ids of the workers in the cluster now (standby ones once they joined).
+fn live_workers(ctx: &NodeContext) -> Vec<usize> {
+    let all = ctx.nodes_with_role(WORKER_ROLE);
+    ctx.members_with_role(WORKER_ROLE)
+        .iter()
+        .filter_map(|n| all.iter().position(|a| a == n))
+        .collect()
+}
+
+/// A joining worker `me` pulls every slice: the values after the iteration before the one
+/// it starts at, which the shards tell once they count it in ([`PullSlice`]). Returns that
+/// iteration (the job's end when it joined too late), the parameters and the workers.
+async fn pull_params(
+    ctx: &NodeContext,
+    job: &P3Job,
+    plan: &SlicePlan,
+    shard_nodes: &[String],
+    me: usize,
+) -> Result<(u64, Vec<Vec<f32>>, Vec<usize>), P3Error> {
+    let pulls = plan.slices().iter().map(|s| {
+        let target = ctx
+            .node
+            .actor_at::<PullSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
+        let msg = PullSlice {
+            worker: me as u32,
+            slice: s.id as u32,
+        };
+        let (priority, timeout) = (s.priority, job.ask_timeout);
+        async move {
+            let v = target?.ask(msg, priority, timeout).await;
+            v.map_err(|source| P3Error::Push {
+                slice: s.id,
+                iter: 0,
+                source,
+            })
+        }
+    });
+    let mut params: Vec<Vec<f32>> = job.initial.iter().map(|t| vec![0.0; t.len()]).collect();
+    let mut start = None;
+    let mut members = Vec::new();
+    for (s, v) in plan
+        .slices()
+        .iter()
+        .zip(futures::future::join_all(pulls).await)
+    {
+        let v = v?;
+        let at = v.iter + 1;
+        if *start.get_or_insert(at) != at || v.values.len() as u64 != s.len {
+            return Err(P3Error::Core(crate::core::P3CoreError::WrongIteration {
+                slice: s.id,
+                expected: start.unwrap_or(at),
+                got: at,
+            }));
+        }
+        let a = s.offset as usize;
+        params[s.layer][a..a + v.values.len()].copy_from_slice(&v.values);
+        members = v.workers.iter().map(|&w| w as usize).collect();
+    }
+    Ok((start.unwrap_or(job.iterations), params, members))
 }
 
 /// Where worker `me` starts: round 0 from the job's initial parameters, or a resumed
