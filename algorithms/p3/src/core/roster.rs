@@ -219,6 +219,9 @@ mod tests {
         let grad = |w: usize, it: u64, i: usize| {
             (w as f32 + 1.0) * 0.01 + it as f32 * 0.003 + i as f32 * 1e-4
         };
+        // A starting worker starts from the initial values at iteration 0.
+        let first = shards[0].pull(1, 0).unwrap().unwrap();
+        assert_eq!((first.start, first.members), (0, vec![0, 1]));
         let (mut ref_p, mut ref_v) = (init.clone(), vec![vec![0.0; 5], vec![0.0; 3]]);
         let mut start = Vec::new();
         // (iteration, its workers, announcements of worker 1 and worker 0)
@@ -245,7 +248,8 @@ mod tests {
                                 .get(it as usize + 1)
                                 .map_or(vec![1, 2], |n| n.1.to_vec())
                         );
-                        start.extend(out.pulls.iter().map(|&j| (j, s.id, out.iter + 1)));
+                        let from = crate::core::Pulled::from(&out);
+                        start.extend(out.pulls.iter().map(|&j| (j, s.id, from.start)));
                     }
                 }
             }
@@ -253,7 +257,7 @@ mod tests {
                 // The other slices: pulled after the update, answered at once.
                 for s in &plan.slices()[1..] {
                     let a = shards[s.shard].pull(2, s.id).unwrap().unwrap();
-                    start.push((2, s.id, a.iter + 1));
+                    start.push((2, s.id, a.start));
                 }
             }
             let wg: Vec<Vec<Vec<f32>>> = workers
@@ -292,6 +296,6 @@ mod tests {
             Err(P3CoreError::NotAMember { .. })
         ));
         let late = shards[1].pull(1, 1).unwrap().unwrap();
-        assert_eq!(late.iter + 1, 4);
+        assert_eq!(late.start, 4);
     }
 }

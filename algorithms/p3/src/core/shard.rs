@@ -364,11 +364,11 @@ impl SliceShardCore {
         }))
     }
 
-    /// A joiner asks for the values it starts from: answered at once when it is a member
-    /// of the iteration `slice` collects and has not pushed to it (the values are those of
-    /// the end of the previous iteration) or when the job is over, else held until an
+    /// A worker asks for the values it starts from: answered at once when it is a member
+    /// of the iteration `slice` collects and has not pushed to it (a starting worker at
+    /// iteration 0, a joiner counted in) or when the job is over, else held until an
     /// update makes it a member ([`Applied::pulls`]).
-    pub fn pull(&mut self, worker: usize, slice: usize) -> Result<Option<Applied>, P3CoreError> {
+    pub fn pull(&mut self, worker: usize, slice: usize) -> Result<Option<Pulled>, P3CoreError> {
         let (capacity, end) = (self.capacity, self.end);
         if worker >= capacity {
             return Err(P3CoreError::WorkerOutOfRange {
@@ -384,18 +384,38 @@ impl SliceShardCore {
                 worker,
             });
         }
-        let member = s.iter > 0 && s.roster.contains(worker) && s.grads[worker].is_none();
-        let now = s.iter >= end || member;
-        if !(now && s.initialised) {
+        let member = s.roster.contains(worker) && s.grads[worker].is_none();
+        if !((s.iter >= end || member) && s.initialised) {
             s.pulls.insert(worker);
             return Ok(None);
         }
-        Ok(Some(Applied {
-            iter: s.iter.saturating_sub(1),
+        Ok(Some(Pulled {
+            start: s.iter,
             values: s.params.clone(),
             members: s.roster.members().iter().copied().collect(),
-            pulls: vec![worker],
         }))
+    }
+}
+
+/// The values a worker starts iteration `start` from, and that iteration's workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pulled {
+    /// The worker's first iteration (the job's end when it came too late).
+    pub start: u64,
+    /// The slice's values.
+    pub values: Vec<f32>,
+    /// The workers of iteration `start`, in worker order.
+    pub members: Vec<usize>,
+}
+
+impl From<&Applied> for Pulled {
+    /// A held pull an update answers: the values start the next iteration.
+    fn from(a: &Applied) -> Self {
+        Pulled {
+            start: a.iter + 1,
+            values: a.values.clone(),
+            members: a.members.clone(),
+        }
     }
 }
 

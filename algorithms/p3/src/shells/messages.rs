@@ -26,7 +26,7 @@ pub struct PushGrad {
 }
 
 /// A slice's parameters after the update of iteration `iter`.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct SliceValues {
     /// The iteration whose gradients were applied.
     pub iter: u64,
@@ -42,9 +42,9 @@ pub struct SliceValues {
 
 remote_message!(PushGrad => SliceValues, "petrel.p3.push", payload = grad);
 
-/// A joining worker asks for a slice's values at the iteration it starts. Reply: the
-/// values after iteration `iter`, once the worker is a member of `iter + 1` (or the job
-/// is over).
+/// A worker of a job whose workers change asks for a slice's values at the iteration it
+/// starts. Reply: the values it starts iteration `iter` from, once it is a member of that
+/// iteration (or the job is over), with the iteration's workers.
 #[derive(Serialize, Deserialize)]
 pub struct PullSlice {
     /// The joining worker.

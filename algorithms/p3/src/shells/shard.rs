@@ -8,7 +8,7 @@ use actix::prelude::*;
 use petrel_actors::{HandlerError, Msg, NodeContext, PriorityActor, PriorityInbox};
 
 use crate::checkpoint::write_shard_file;
-use crate::core::{Announce, Applied, SliceShardCore};
+use crate::core::{Announce, Pulled, SliceShardCore};
 use crate::error::P3Error;
 use crate::kit::P3Job;
 use crate::shells::index_in;
@@ -85,9 +85,18 @@ impl ShardActor {
                 if !kept.is_empty() {
                     self.pulls.insert(slice, kept);
                 }
-                let pulled = answered.into_iter().map(|(_, w)| w);
-                for w in waiters.into_iter().chain([tx]).chain(pulled) {
-                    let _ = w.send(Ok(values_of(slice, &applied)));
+                let reply = SliceValues {
+                    iter,
+                    slice: m.slice,
+                    values: applied.values.clone(),
+                    workers: applied.members.iter().map(|&w| w as u32).collect(),
+                };
+                for w in waiters.into_iter().chain([tx]) {
+                    let _ = w.send(Ok(reply.clone()));
+                }
+                let pulled = start_values(slice, &Pulled::from(&applied));
+                for (_, w) in answered {
+                    let _ = w.send(Ok(pulled.clone()));
                 }
             }
         }
@@ -100,20 +109,20 @@ impl ShardActor {
                 let _ = tx.send(Err(self.fail(e)));
             }
             Ok(None) => self.pulls.entry(slice).or_default().push((worker, tx)),
-            Ok(Some(applied)) => {
-                let _ = tx.send(Ok(values_of(slice, &applied)));
+            Ok(Some(p)) => {
+                let _ = tx.send(Ok(start_values(slice, &p)));
             }
         }
     }
 }
 
-/// The reply to a push or pull of `slice` the update `applied` answers.
-fn values_of(slice: usize, applied: &Applied) -> SliceValues {
+/// The reply to a pull of `slice`: `iter` is the iteration the worker starts.
+fn start_values(slice: usize, p: &Pulled) -> SliceValues {
     SliceValues {
-        iter: applied.iter,
+        iter: p.start,
         slice: slice as u32,
-        values: applied.values.clone(),
-        workers: applied.members.iter().map(|&w| w as u32).collect(),
+        values: p.values.clone(),
+        workers: p.members.iter().map(|&w| w as u32).collect(),
     }
 }
 
@@ -212,6 +221,17 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
         core.restore(round, file.slices)?;
         tracing::info!(shard = me, round, "p3 shard resumed from its checkpoint");
     }
+    // With workers that join, a start-up barrier would wait for a joiner that never enters
+    // it: each shard takes the initial values every node derives, and the workers pull
+    // them (asking again until this actor is registered).
+    let elastic = ctx.settings.allows_membership_changes();
+    if elastic {
+        for s in plan.shard_slices(me) {
+            let a = s.offset as usize;
+            let values = job.initial[s.layer][a..a + s.len as usize].to_vec();
+            core.init_slice(s.id, values)?;
+        }
+    }
     tracing::debug!(shard = me, slices = core.n_slices(), "p3 shard ready");
     let addr = ShardActor::new(core).start();
     ctx.node
@@ -220,8 +240,10 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
         .accept::<PullSlice>()
         .accept::<InitSlice>()
         .accept::<SaveShard>();
-    ctx.barrier("p3.ready").await?;
-    ctx.barrier("p3.init").await?;
+    if !elastic {
+        ctx.barrier("p3.ready").await?;
+        ctx.barrier("p3.init").await?;
+    }
     Ok(())
 }
 

@@ -450,9 +450,11 @@ pub async fn worker_role<M: StageModel>(
     }
     let saving = job.checkpoint.clone().filter(|c| c.every > 0);
     let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
-    let (start, params, stats, roster) = if ctx.spec.standby {
+    let (start, params, stats, roster) = if ctx.settings.allows_membership_changes() {
+        // No start-up barrier a joiner would hold up: every worker pulls the values it
+        // starts from (a starting one at iteration 0).
         let (start, params, members) = pull_params(&ctx, &job, &plan, &shard_nodes, me).await?;
-        tracing::info!(worker = me, start, ?members, "p3 worker joined");
+        tracing::info!(worker = me, start, ?members, "p3 worker starts");
         (start, params, Vec::new(), WorkerRoster::new(members))
     } else {
         let (start, params, stats) = resume_state(&job, &plan, me)?;
@@ -603,9 +605,10 @@ fn live_workers(ctx: &NodeContext) -> Vec<usize> {
         .collect()
 }
 
-/// A joining worker `me` pulls every slice: the values after the iteration before the one
-/// it starts at, which the shards tell once they count it in ([`PullSlice`]). Returns that
-/// iteration (the job's end when it joined too late), the parameters and the workers.
+/// Worker `me` pulls every slice: the values it starts from, which the shards give once
+/// they count it in ([`PullSlice`]; a shard not started yet is asked again, every 20 ms for
+/// at most 5 s). Returns the iteration it starts (the job's end when it joined too late),
+/// the parameters and the iteration's workers.
 async fn pull_params(
     ctx: &NodeContext,
     job: &P3Job,
@@ -617,18 +620,34 @@ async fn pull_params(
         let target = ctx
             .node
             .actor_at::<PullSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
-        let msg = PullSlice {
-            worker: me as u32,
-            slice: s.id as u32,
-        };
         let (priority, timeout) = (s.priority, job.ask_timeout);
         async move {
-            let v = target?.ask(msg, priority, timeout).await;
-            v.map_err(|source| P3Error::Push {
-                slice: s.id,
-                iter: 0,
-                source,
-            })
+            let target = target?;
+            let mut attempts = 0;
+            loop {
+                let msg = PullSlice {
+                    worker: me as u32,
+                    slice: s.id as u32,
+                };
+                match target.ask(msg, priority, timeout).await {
+                    Ok(v) => return Ok(v),
+                    // The shard's node is up but its actor is not registered yet.
+                    Err(AskError::Remote { error, .. })
+                        if attempts < 250 && error.contains("no actor") =>
+                    {
+                        attempts += 1;
+                        tracing::debug!(slice = s.id, %error, "shard not started yet; asking again");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(source) => {
+                        return Err(P3Error::Push {
+                            slice: s.id,
+                            iter: 0,
+                            source,
+                        });
+                    }
+                }
+            }
         }
     });
     let mut params: Vec<Vec<f32>> = job.initial.iter().map(|t| vec![0.0; t.len()]).collect();
@@ -640,12 +659,11 @@ async fn pull_params(
         .zip(futures::future::join_all(pulls).await)
     {
         let v = v?;
-        let at = v.iter + 1;
-        if *start.get_or_insert(at) != at || v.values.len() as u64 != s.len {
+        if *start.get_or_insert(v.iter) != v.iter || v.values.len() as u64 != s.len {
             return Err(P3Error::Core(crate::core::P3CoreError::WrongIteration {
                 slice: s.id,
-                expected: start.unwrap_or(at),
-                got: at,
+                expected: start.unwrap_or(v.iter),
+                got: v.iter,
             }));
         }
         let a = s.offset as usize;
