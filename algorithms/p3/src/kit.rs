@@ -265,9 +265,7 @@ impl P3WorkerReport {
     pub fn is_final_first(&self) -> bool {
         self.final_workers.first() == Some(&self.worker)
     }
-}
 
-impl P3WorkerReport {
     /// Mean seconds per iteration over iterations `skip..` (warm-up excluded).
     pub fn secs_per_iter(&self, skip: usize) -> Option<f64> {
         let n = self.marks.len().checked_sub(1)?;

@@ -71,6 +71,11 @@ pub fn run_job_with(
             s.cluster.request_timeout_ms = cfg.ask_timeout_ms;
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
             s.cluster.scale.clone_from(&membership.scale);
+            if *membership != Membership::default() {
+                // Shards stay for the whole job: the coordinator's node, which cannot
+                // leave, is shard 0, so any worker may.
+                s.cluster.coordinator = Some("s0".into());
+            }
             s.cluster.transport = transport.cluster_transport();
             s.app.insert("p3".into(), app);
         })
