@@ -1,5 +1,5 @@
 //! `petrel bench elastic`'s P3 app: the emulated VGG-19 at 1/1000 on 2 shards, run as
-//! `petrel train p3 --net emulated` runs it ([`petrel::train::p3::run_cluster_job`]), once
+//! `petrel train p3 --net emulated` runs it ([`petrel::train::p3::processes::run_job_with`]), once
 //! with a fixed membership and once with a standby worker joining and a worker leaving on
 //! the bench's plan. The emulated model's workers push equal gradients, so their mean is
 //! the same whatever the workers: `identical` compares the final parameters' digests, and
@@ -9,7 +9,7 @@
 use crate::elastic::{AppFigures, ElasticBenchArgs, orphans};
 use petrel::CliError;
 use petrel::train::Membership;
-use petrel::train::p3::run_cluster_job;
+use petrel::train::p3::processes::run_job_with;
 use petrel_net::NetConfig;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
 use std::path::Path;
@@ -48,7 +48,7 @@ fn run_app(
     let t0 = Instant::now();
     let runner = std::thread::spawn(move || {
         let net = NetConfig::default();
-        run_cluster_job(&cfg, &net, &dir, limit, &membership, transport)
+        run_job_with(None, &cfg, &net, &dir, limit, &membership, transport).map(|r| r.0)
     });
     while !runner.is_finished() {
         if t0.elapsed() >= limit {

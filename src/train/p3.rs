@@ -96,33 +96,26 @@ pub fn run_processes(
     dir: &Path,
     limit: Duration,
 ) -> Result<Vec<WorkerReportFile>, CliError> {
-    let fixed = Membership::default();
-    run_cluster_job(cfg, net, dir, limit, &fixed, JobTransport::Processes)
+    let (fixed, transport) = (Membership::default(), JobTransport::Processes);
+    let hosts = default_hosts(cfg, &fixed, transport)?;
+    let (reports, _cpu) = run_job_with(hosts.as_ref(), cfg, net, dir, limit, &fixed, transport)?;
+    Ok(reports)
 }
 
-/// [`run_processes`] with `membership`'s standby workers and scale plan, on `transport`
-/// (threads of this process unless processes).
-pub fn run_cluster_job(
+/// The emulated hosts of `--netns` for a job on processes, one per node.
+pub fn default_hosts(
     cfg: &P3Settings,
-    net: &NetConfig,
-    dir: &Path,
-    limit: Duration,
     membership: &Membership,
     transport: JobTransport,
-) -> Result<Vec<WorkerReportFile>, CliError> {
-    let hosts = match transport {
-        JobTransport::Processes => crate::launcher::default_netns()
-            .map(|prefix| {
-                let n = cfg.workers + membership.standby_workers + cfg.shards;
-                crate::netns::Hosts::existing(&prefix, n)
-            })
-            .transpose()
-            .map_err(CliError::NetnsUnavailable)?,
-        JobTransport::Memory | JobTransport::Quic => None,
-    };
-    let (reports, _cpu) =
-        run_job_with(hosts.as_ref(), cfg, net, dir, limit, membership, transport)?;
-    Ok(reports)
+) -> Result<Option<crate::netns::Hosts>, CliError> {
+    if transport != JobTransport::Processes {
+        return Ok(None);
+    }
+    let n = cfg.workers + membership.standby_workers + cfg.shards;
+    crate::launcher::default_netns()
+        .map(|prefix| crate::netns::Hosts::existing(&prefix, n))
+        .transpose()
+        .map_err(CliError::NetnsUnavailable)
 }
 
 /// `petrel train p3`.
@@ -277,7 +270,17 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
                 resume: resume || args.resume,
                 ..cfg.clone()
             };
-            run_cluster_job(&cfg, &net, &dir, limit, &membership, transport)
+            let hosts = default_hosts(&cfg, &membership, transport)?;
+            run_job_with(
+                hosts.as_ref(),
+                &cfg,
+                &net,
+                &dir,
+                limit,
+                &membership,
+                transport,
+            )
+            .map(|(reports, _cpu)| reports)
         },
     )?;
     let wall = t0.elapsed().as_secs_f64();
