@@ -2,7 +2,8 @@
 //! --net emulated --standby-workers 1 --scale ...`) on processes: the changes at iteration
 //! boundaries in the output, the fixed run's parameters bit for bit (the emulated model's
 //! gradients are equal, so their mean over any workers is the same), no node process left
-//! behind. Checkpoints with changes are refused before any node starts.
+//! behind. A standby worker that never starts is not waited for; checkpoints with changes
+//! are refused before any node starts.
 
 use crate::common::{alive, children_of, failure, last_json_line, petrel_cmd};
 use std::path::Path;
@@ -78,6 +79,14 @@ fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters(
     assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
     let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
     assert!(orphans.is_empty(), "orphans {orphans:?}");
+}
+
+#[test]
+fn a_standby_p3_worker_that_never_starts_is_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = train(dir.path(), "memory", &["--standby-workers", "1"]);
+    assert_eq!(m["changes"], serde_json::json!([]), "{m}");
+    assert_eq!(m["final_workers"], serde_json::json!([0, 1]), "{m}");
 }
 
 #[test]
