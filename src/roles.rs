@@ -15,7 +15,6 @@ pub fn extend_builtin(register: fn(Cluster) -> Cluster) {
 pub fn builtin(settings: Settings) -> Cluster {
     let mut cluster = Cluster::new(settings);
     cluster = crate::demo::register(cluster);
-    cluster = petrel_p3::roles::register(cluster);
     cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
     // The built-in apps deal their work to the members the job started with.
@@ -30,6 +29,9 @@ pub fn builtin(settings: Settings) -> Cluster {
     cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
+    // And P3's: its workers join and leave at iteration boundaries (the rest refused as
+    // its roles start, `petrel_p3::roles::check_membership`).
+    cluster = petrel_p3::roles::register(cluster);
     match EXTRA.get() {
         Some(register) => register(cluster),
         None => cluster,

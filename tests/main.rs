@@ -9,6 +9,7 @@ mod chaos_link_cut;
 mod chaos_membership;
 mod chaos_slow_worker;
 mod cli;
+mod elastic_p3;
 mod elastic_ps;
 mod elastic_strads;
 mod examples_run;

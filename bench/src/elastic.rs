@@ -1,6 +1,6 @@
 //! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
 //! job (the scheduled Lasso and logistic regression with dynamic dealing; ps-lr, ps-mf and
-//! ps-lda, in `elastic_ps.rs`), each run once with a fixed membership and once with a standby worker joining and a worker leaving
+//! ps-lda, in `elastic_ps.rs`; P3's emulated model, in `elastic_p3.rs`), each run once with a fixed membership and once with a standby worker joining and a worker leaving
 //! (`--plan`), on the same synthetic design: whether the final model is the same
 //! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
 //! time each change cost (`seconds_lost_per_change` = (elastic - fixed) / changes), node
@@ -270,10 +270,11 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = ElasticBenchArgs { out, ..args };
-    let apps = ["lasso", "logistic", "ps-lr", "ps-mf", "ps-lda"]
+    let apps = ["lasso", "logistic", "ps-lr", "ps-mf", "ps-lda", "p3"]
         .into_iter()
         .map(|app| match app {
             "ps-lr" | "ps-mf" | "ps-lda" => crate::elastic_ps::compare(&args, app),
+            "p3" => crate::elastic_p3::compare(&args),
             _ => compare(&args, app),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -283,7 +284,6 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let fixed_membership = [
         "strads-mf",
         "lda",
-        "p3",
         "lasso (gauss-seidel)",
         "logistic (gauss-seidel)",
     ];

@@ -17,6 +17,7 @@ pub mod balance;
 pub mod consistency;
 #[allow(missing_docs)]
 pub mod elastic;
+mod elastic_p3;
 mod elastic_ps;
 #[allow(missing_docs)]
 pub mod lasso_scale;

@@ -5,10 +5,12 @@ pub mod processes;
 
 use crate::CliError;
 use crate::report::{Table, fmt, print_json};
+use crate::train::{Membership, TrainTransport};
+use petrel_actors::JobTransport;
 use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::Mode;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
-use processes::run_job;
+use processes::run_job_with;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -94,20 +96,47 @@ pub fn run_processes(
     dir: &Path,
     limit: Duration,
 ) -> Result<Vec<WorkerReportFile>, CliError> {
-    let hosts = crate::launcher::default_netns()
-        .map(|prefix| crate::netns::Hosts::existing(&prefix, cfg.workers + cfg.shards))
-        .transpose()
-        .map_err(CliError::NetnsUnavailable)?;
-    let (reports, _cpu) = run_job(hosts.as_ref(), cfg, net, dir, limit)?;
+    let (fixed, transport) = (Membership::default(), JobTransport::Processes);
+    let hosts = default_hosts(cfg, &fixed, transport)?;
+    let (reports, _cpu) = run_job_with(hosts.as_ref(), cfg, net, dir, limit, &fixed, transport)?;
     Ok(reports)
+}
+
+/// The emulated hosts of `--netns` for a job on processes, one per node.
+pub fn default_hosts(
+    cfg: &P3Settings,
+    membership: &Membership,
+    transport: JobTransport,
+) -> Result<Option<crate::netns::Hosts>, CliError> {
+    if transport != JobTransport::Processes {
+        return Ok(None);
+    }
+    let n = cfg.workers + membership.standby_workers + cfg.shards;
+    crate::launcher::default_netns()
+        .map(|prefix| crate::netns::Hosts::existing(&prefix, n))
+        .transpose()
+        .map_err(CliError::NetnsUnavailable)
 }
 
 /// `petrel train p3`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct P3TrainArgs {
-    /// mlp, lenet, resnet18 or vgg11.
+    /// mlp, lenet, resnet18 or vgg11, or `emulated`: the scaled profile of `[app.p3]
+    /// model` (VGG-19 at 1/1000) with emulated compute and constant gradients (no model
+    /// saved).
     #[arg(long, default_value = "lenet")]
     pub net: String,
+    /// How the nodes run: as processes, or as threads of this process (memory, quic).
+    #[arg(long, value_enum, default_value_t = TrainTransport::Processes)]
+    pub transport: TrainTransport,
+    /// Extra worker nodes marked standby: the job starts without them and they join when
+    /// started (by `--scale`), at an iteration boundary.
+    #[arg(long, default_value_t = 0)]
+    pub standby_workers: usize,
+    /// A membership plan (`[cluster] scale`), e.g. `at=1s add w2; at=2s remove w0`: the
+    /// standby workers start and workers finish their iteration and leave at those times.
+    #[arg(long, value_name = "PLAN")]
+    pub scale: Option<String>,
     /// sequential, fifo or p3.
     #[arg(long, value_enum, default_value = "p3")]
     pub mode: Mode,
@@ -157,17 +186,31 @@ fn default_checkpoint_dir(out: &Path) -> PathBuf {
     out.with_file_name(name)
 }
 
+/// `--net emulated`: the job emulates `[app.p3] model`'s profile.
+pub const EMULATED: &str = "emulated";
+
 /// `petrel train p3`: trains, prints per-epoch and test figures, and saves the model.
 pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     check_out(&args.out)?;
+    let emulated = args.net == EMULATED;
+    let net_name = if emulated { "" } else { args.net.as_str() };
     // The flags' ranges first (the iteration count is unknown until the data is read).
     args.job
-        .node_config(&args.net, args.mode, 1, Path::new(""))
+        .node_config(net_name, args.mode, 1, Path::new(""))
         .validate()
         .map_err(CliError::P3Setting)?;
+    let transport = args.transport.cluster().ok_or_else(|| {
+        CliError::Usage(
+            "--transport none: train p3 runs on a cluster (memory, quic or processes)".into(),
+        )
+    })?;
+    let membership = Membership {
+        standby_workers: args.standby_workers,
+        scale: args.scale.clone(),
+    };
     let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     let probe = P3Settings {
-        net: args.net.clone(),
+        net: net_name.to_string(),
         train_data: args.job.train_data.clone(),
         width: args.job.width,
         ..P3Settings::default()
@@ -180,20 +223,25 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     .data()?;
     let per_epoch = (train.len() / (args.job.workers * args.job.batch).max(1)).max(1) as u64;
     let iterations = per_epoch * args.epochs.max(1);
-    let mut cfg = args.job.node_config(&args.net, args.mode, iterations, &dir);
+    let mut cfg = args.job.node_config(net_name, args.mode, iterations, &dir);
     let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
     // Staged in the run directory: `--out` only gets the model of a successful job.
     cfg.model_out = dir.join(petrel_p3::model_file::MODEL_FILE_NAME);
     let net = args.job.net_config(args.job.bandwidth_mbit.unwrap_or(0.0));
     tracing::info!(
         net = %args.net, mode = %args.mode.name(), iterations, per_epoch,
-        "training on {} worker and {} shard processes", cfg.workers, cfg.shards
+        "training on {} worker and {} shard nodes", cfg.workers, cfg.shards
     );
     let ckpt_dir = match &args.checkpoint_dir {
         Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
         None => default_checkpoint_dir(&out),
     };
-    cfg.checkpoint_every = args.checkpoint_every.unwrap_or(per_epoch);
+    // Checkpoints hold one file per worker of a fixed set: none by default when workers
+    // join and leave (asked for, they are refused).
+    let fixed = membership == Membership::default();
+    cfg.checkpoint_every = args
+        .checkpoint_every
+        .unwrap_or(if fixed { per_epoch } else { 0 });
     if !args.resume {
         // A restart may only roll back to this run's own checkpoints.
         petrel_p3::checkpoint::clear(&ckpt_dir)?;
@@ -207,6 +255,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     }
     cfg.checkpoint_dir = ckpt_dir.clone();
     let t0 = Instant::now();
+    let limit = Duration::from_secs(args.job.timeout_s);
     let reports = crate::recovery::restart_job(
         "p3",
         args.max_restarts,
@@ -221,13 +270,65 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
                 resume: resume || args.resume,
                 ..cfg.clone()
             };
-            run_processes(&cfg, &net, &dir, Duration::from_secs(args.job.timeout_s))
+            let hosts = default_hosts(&cfg, &membership, transport)?;
+            run_job_with(
+                hosts.as_ref(),
+                &cfg,
+                &net,
+                &dir,
+                limit,
+                &membership,
+                transport,
+            )
+            .map(|(reports, _cpu)| reports)
         },
     )?;
     let wall = t0.elapsed().as_secs_f64();
-    let r0 = reports.first().ok_or(CliError::NoMeasuredIterations)?;
+    // The first worker at the end evaluated and saved the model (worker 0 unless it left).
+    let r0 = reports
+        .iter()
+        .find(|r| r.final_workers.first() == Some(&r.worker))
+        .or(reports.first())
+        .ok_or(CliError::NoMeasuredIterations)?;
+    print_epochs(&r0.stats, per_epoch);
+    let test = r0.test;
+    if let Some(t) = test {
+        println!("test loss {:.4}, test accuracy {:.3}", t.loss, t.accuracy);
+    }
+    if emulated {
+        println!("{iterations} iterations in {wall:.1} s (emulated: no model saved)");
+    } else {
+        publish_model(&cfg.model_out, &out)?;
+        println!(
+            "{iterations} iterations in {wall:.1} s; model saved to {}",
+            out.display()
+        );
+    }
+    if args.job.run_dir.is_some() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let mut changes: Vec<_> = reports.iter().flat_map(|r| r.changes.clone()).collect();
+    changes.sort_by_key(|c| c.iteration);
+    changes.dedup();
+    print_json(&serde_json::json!({
+        "net": args.net,
+        "mode": args.mode.name(),
+        "iterations": iterations,
+        "wall_s": wall,
+        "test_accuracy": test.map(|t| t.accuracy),
+        "model": (!emulated).then_some(&out),
+        "params_digest": r0.params_digest,
+        "final_workers": r0.final_workers,
+        "changes": changes,
+    }))
+    .map_err(CliError::JsonOutput)?;
+    Ok(())
+}
+
+/// Prints the mean training loss and accuracy of every epoch of `stats`.
+fn print_epochs(stats: &[Option<petrel_p3::StepStats>], per_epoch: u64) {
     let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);
-    for (e, chunk) in r0.stats.chunks(per_epoch as usize).enumerate() {
+    for (e, chunk) in stats.chunks(per_epoch as usize).enumerate() {
         let s: Vec<_> = chunk.iter().flatten().collect();
         let n = s.len().max(1) as f32;
         table.row(vec![
@@ -237,28 +338,6 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
         ]);
     }
     table.print();
-    let test = r0.test;
-    if let Some(t) = test {
-        println!("test loss {:.4}, test accuracy {:.3}", t.loss, t.accuracy);
-    }
-    publish_model(&cfg.model_out, &out)?;
-    println!(
-        "{iterations} iterations in {wall:.1} s; model saved to {}",
-        out.display()
-    );
-    if args.job.run_dir.is_some() {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    print_json(&serde_json::json!({
-        "net": args.net,
-        "mode": args.mode.name(),
-        "iterations": iterations,
-        "wall_s": wall,
-        "test_accuracy": test.map(|t| t.accuracy),
-        "model": out,
-    }))
-    .map_err(CliError::JsonOutput)?;
-    Ok(())
 }
 
 /// Refuses an `--out` named `.json`: tools pick a reader by the extension.

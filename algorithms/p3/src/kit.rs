@@ -71,6 +71,13 @@ pub trait StageModel {
     /// stage in [`StageModel::stage_tensors`] order.
     fn backward_stage(&mut self, stage: usize) -> Result<StageGrads, Self::Error>;
 
+    /// From the next iteration on, this worker is number `rank` of the `of` workers that
+    /// share the iteration's data (the workers may change between iterations). The
+    /// default: the model takes no data by rank.
+    fn set_rank(&mut self, rank: usize, of: usize) {
+        let _ = (rank, of);
+    }
+
     /// Loss and accuracy of the last forward pass, when the model computes them.
     fn stats(&self) -> Option<StepStats> {
         None
@@ -230,8 +237,10 @@ impl P3Job {
 pub struct P3WorkerReport {
     /// The worker's index.
     pub worker: usize,
-    /// `marks[i]`: when forward stage 0 of iteration `i` started; the last entry: when
-    /// the parameters of the last iteration were all back.
+    /// Its first iteration (0, a checkpoint's round, or the one a joiner started at).
+    pub start: u64,
+    /// `marks[i]`: when forward stage 0 of its `i`-th iteration started; the last entry:
+    /// when the parameters of its last iteration were all back.
     pub marks: Vec<Instant>,
     /// Final parameters, one vector per tensor.
     pub params: Vec<Vec<f32>>,
@@ -243,9 +252,20 @@ pub struct P3WorkerReport {
     /// came back complete. This is what priority propagation changes: under a backlog the
     /// first layers return first in `p3` mode and last in `fifo` mode.
     pub ready_order: Vec<Vec<usize>>,
+    /// The changes of the workers it saw (its own join not included).
+    pub changes: Vec<crate::core::RosterChange>,
+    /// The workers at the job's end (without this one if it left): the first of them
+    /// evaluates and saves the model.
+    pub final_workers: Vec<usize>,
 }
 
 impl P3WorkerReport {
+    /// Whether this worker is the one that evaluates and saves the final model: the first
+    /// of the workers at the end (worker 0 when none changed).
+    pub fn is_final_first(&self) -> bool {
+        self.final_workers.first() == Some(&self.worker)
+    }
+
     /// Mean seconds per iteration over iterations `skip..` (warm-up excluded).
     pub fn secs_per_iter(&self, skip: usize) -> Option<f64> {
         let n = self.marks.len().checked_sub(1)?;

@@ -22,7 +22,7 @@ use petrel_ml::job::{InvalidSetting, SettingChecks};
 use petrel_ml::model::NetworkModel;
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Mode, ModelProfile, P3CoreError};
+use crate::core::{Mode, ModelProfile, P3CoreError, RosterChange};
 use crate::error::P3Error;
 use crate::kit::StepStats;
 use crate::kit::{P3Job, P3WorkerReport};
@@ -374,6 +374,18 @@ pub struct WorkerReportFile {
     /// Test-set loss and accuracy of the final model (worker 0 of a real model with `test_data`).
     #[serde(default)]
     pub test: Option<StepStats>,
+    /// The worker's first iteration (a joiner's is after 0).
+    #[serde(default)]
+    pub start: u64,
+    /// The changes of the workers it saw ([`crate::core::roster`]).
+    #[serde(default)]
+    pub changes: Vec<RosterChange>,
+    /// The workers at the job's end ([`P3WorkerReport::final_workers`]).
+    #[serde(default)]
+    pub final_workers: Vec<usize>,
+    /// Its final parameters' checksum ([`params_digest`]): equal digests, equal models.
+    #[serde(default)]
+    pub params_digest: String,
 }
 
 impl WorkerReportFile {
@@ -391,6 +403,10 @@ impl WorkerReportFile {
             bytes_pushed: r.bytes_pushed,
             stats: r.stats.clone(),
             test: None,
+            start: r.start,
+            changes: r.changes.clone(),
+            final_workers: r.final_workers.clone(),
+            params_digest: params_digest(&r.params),
         }
     }
 
@@ -433,6 +449,50 @@ impl WorkerReportFile {
     }
 }
 
+/// A checksum of every parameter's bits (FNV-1a over the tensors in order, as hex): two
+/// runs that end with the same digest ended with the same model, bit for bit.
+pub fn params_digest(params: &[Vec<f32>]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in params.iter().flatten() {
+        for b in v.to_bits().to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Refuses the membership settings a P3 job cannot take. Workers join and leave (standby
+/// worker nodes, a scale plan); refused are `on_node_death = "leave"` (a dead worker never
+/// pushes, so every slice would wait for it), checkpoints with these settings (one file
+/// per worker of a fixed set) and standby shard nodes or a plan that removes a shard
+/// (the shards keep their slices for the whole job).
+pub fn check_membership(settings: &Settings, cfg: &P3Settings) -> Result<(), P3Error> {
+    if !settings.allows_membership_changes() {
+        return Ok(());
+    }
+    let shards = settings
+        .nodes
+        .iter()
+        .filter(|n| n.roles.iter().any(|r| r == SHARD_ROLE));
+    let shard_names: Vec<&str> = shards.clone().map(|n| n.name.as_str()).collect();
+    let plan = settings.scale_plan()?;
+    let detail = if settings.cluster.on_node_death == petrel_actors::settings::OnNodeDeath::Leave {
+        "on_node_death = \"leave\": a dead p3 worker never pushes its gradients, so every slice would wait for it; workers join and leave by standby nodes and a scale plan"
+    } else if cfg.checkpoint_every > 0 && !cfg.checkpoint_dir.as_os_str().is_empty() {
+        "checkpoints and p3 workers that join or leave do not mix: set checkpoint_every = 0"
+    } else if shards.clone().any(|n| n.standby)
+        || plan.removed().any(|(_, n)| shard_names.contains(&n))
+    {
+        "p3 shards keep their slices for the whole job: only p3-worker nodes may be standby or removed by the scale plan"
+    } else {
+        return Ok(());
+    };
+    Err(P3Error::Config {
+        field: "[cluster]",
+        detail: detail.into(),
+    })
+}
+
 /// A worker report's I/O error at `path`.
 fn report_io(path: &Path) -> impl FnOnce(std::io::Error) -> P3Error + '_ {
     move |source| P3Error::Io {
@@ -447,12 +507,15 @@ fn config(ctx: &NodeContext) -> Result<P3Settings, P3Error> {
 }
 
 async fn shard(ctx: NodeContext) -> Result<(), P3Error> {
-    let (job, _) = config(&ctx)?.job(&ctx.settings)?;
+    let cfg = config(&ctx)?;
+    check_membership(&ctx.settings, &cfg)?;
+    let (job, _) = cfg.job(&ctx.settings)?;
     shard_role(ctx, Arc::new(job)).await
 }
 
 async fn worker(ctx: NodeContext) -> Result<(), P3Error> {
     let cfg = config(&ctx)?;
+    check_membership(&ctx.settings, &cfg)?;
     let (job, profile) = cfg.job(&ctx.settings)?;
     if !cfg.net.is_empty() {
         return network::worker(ctx, cfg, job).await;

@@ -83,6 +83,16 @@ pub enum P3CoreError {
         iter: u64,
         worker: usize,
     },
+    /// A push from a worker that is not a member of the slice's iteration (it joins
+    /// later, or it left), or a pull from one that left.
+    #[error(
+        "slice {slice}, iteration {iter}: worker {worker} is not one of the iteration's workers"
+    )]
+    NotAMember {
+        slice: usize,
+        iter: u64,
+        worker: usize,
+    },
     /// A worker index beyond the job's workers.
     #[error("worker {worker} out of range ({n_workers} workers)")]
     WorkerOutOfRange { worker: usize, n_workers: usize },

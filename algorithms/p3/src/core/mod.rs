@@ -9,6 +9,8 @@
 //! - [`shard`] and [`worker`]: the engines, [`SliceShardCore`] (aggregate, average, apply
 //!   [`FlatSgdMomentum`](petrel_ml::dnn::FlatSgdMomentum)) and [`SliceWorkerCore`] (cut gradients,
 //!   reassemble parameters), and [`reference_step`], the same update in one process.
+//! - [`roster`]: [`WorkerRoster`], the workers an iteration averages over, changed between
+//!   iterations by what the workers' pushes [`Announce`].
 //! - [`cost`] and [`simulator`]: [`CostModel`], the C/M [`Bounds`], and a deterministic
 //!   discrete-event [`simulate`] of the three modes with [`auto_slice_size`].
 //! - [`profile`]: [`ModelProfile`]s of real architectures (VGG-19, ResNet-50, a
@@ -20,6 +22,7 @@ pub mod error;
 pub mod mode;
 pub mod profile;
 pub mod readiness;
+pub mod roster;
 pub mod shard;
 pub mod simulator;
 pub mod slicing;
@@ -30,7 +33,8 @@ pub use error::P3CoreError;
 pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};
 pub use readiness::LayerReadiness;
-pub use shard::{SliceShardCore, SliceState, reference_step};
+pub use roster::{Announce, RosterChange, WorkerRoster};
+pub use shard::{Applied, Pulled, SliceShardCore, SliceState, reference_step};
 pub use simulator::{SimConfig, SimReport, auto_slice_size, simulate};
 pub use slicing::{Slice, SlicePlan};
 pub use worker::SliceWorkerCore;

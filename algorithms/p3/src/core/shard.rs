@@ -7,12 +7,13 @@
 //! Because every shard applies the same element-wise update to the same averaged
 //! gradient, the three modes compute identical parameters; only the timing differs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use petrel_ml::dnn::FlatSgdMomentum;
 use serde::{Deserialize, Serialize};
 
 use crate::core::error::P3CoreError;
+use crate::core::roster::{Announce, WorkerRoster};
 use crate::core::slicing::SlicePlan;
 
 /// One slice's state in a shard's checkpoint file.
@@ -33,30 +34,79 @@ struct ShardSlice {
     initialised: bool,
     /// Iteration whose gradients are being collected.
     iter: u64,
+    /// By worker id.
     grads: Vec<Option<Vec<f32>>>,
     received: usize,
+    /// The workers of `iter`.
+    roster: WorkerRoster,
+    /// Announced with this iteration's pushes: joining and leaving after it.
+    joiners: BTreeSet<usize>,
+    leaving: BTreeSet<usize>,
+    /// Joiners waiting for the values they start from.
+    pulls: BTreeSet<usize>,
+}
+
+/// A slice's values after an update, and the workers of the iteration they start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// The iteration whose gradients were applied (the values start `iter + 1`).
+    pub iter: u64,
+    /// The slice's new values.
+    pub values: Vec<f32>,
+    /// The workers of iteration `iter + 1`, in worker order.
+    pub members: Vec<usize>,
+    /// Joiners whose pull of this slice these values answer.
+    pub pulls: Vec<usize>,
 }
 
 /// The parameter slices of one server shard.
 #[derive(Debug)]
 pub struct SliceShardCore {
     shard: usize,
-    n_workers: usize,
+    /// Worker ids run `0..capacity` (every worker node the job may have).
+    capacity: usize,
+    /// Iterations of the job: a slice past them answers every pull.
+    end: u64,
     opt: FlatSgdMomentum,
     slices: HashMap<usize, ShardSlice>,
 }
 
 impl SliceShardCore {
-    /// Zero parameters for every slice of `plan` owned by `shard`; call
-    /// [`SliceShardCore::init_slice`] for each before the first gradient.
+    /// Zero parameters for every slice of `plan` owned by `shard`, averaged over workers
+    /// `0..n_workers`; call [`SliceShardCore::init_slice`] for each before the first
+    /// gradient.
     pub fn new(
         plan: &SlicePlan,
         shard: usize,
         n_workers: usize,
         opt: FlatSgdMomentum,
     ) -> Result<Self, P3CoreError> {
-        if n_workers == 0 {
+        Self::elastic(
+            plan,
+            shard,
+            n_workers,
+            &(0..n_workers).collect::<Vec<_>>(),
+            opt,
+        )
+    }
+
+    /// Like [`SliceShardCore::new`] for a job whose workers may change: ids `0..capacity`,
+    /// of which `members` start (the others join later, see [`crate::core::roster`]).
+    pub fn elastic(
+        plan: &SlicePlan,
+        shard: usize,
+        capacity: usize,
+        members: &[usize],
+        opt: FlatSgdMomentum,
+    ) -> Result<Self, P3CoreError> {
+        if members.is_empty() {
             return Err(P3CoreError::NoWorkers);
+        }
+        if let Some(&worker) = members.iter().find(|&&w| w >= capacity) {
+            return Err(P3CoreError::WorkerOutOfRange {
+                worker,
+                n_workers: capacity,
+            });
         }
         if shard >= plan.n_shards() {
             return Err(P3CoreError::ShardOutOfRange {
@@ -64,6 +114,7 @@ impl SliceShardCore {
                 n_shards: plan.n_shards(),
             });
         }
+        let roster = WorkerRoster::new(members.iter().copied());
         let slices = plan
             .shard_slices(shard)
             .map(|s| {
@@ -75,18 +126,30 @@ impl SliceShardCore {
                         velocity: vec![0.0; len],
                         initialised: false,
                         iter: 0,
-                        grads: vec![None; n_workers],
+                        grads: vec![None; capacity],
                         received: 0,
+                        roster: roster.clone(),
+                        joiners: BTreeSet::new(),
+                        leaving: BTreeSet::new(),
+                        pulls: BTreeSet::new(),
                     },
                 )
             })
             .collect();
         Ok(SliceShardCore {
             shard,
-            n_workers,
+            capacity,
+            end: u64::MAX,
             opt,
             slices,
         })
+    }
+
+    /// The job ends after `iterations`: a joiner pulling a slice past them is answered at
+    /// once (it has nothing left to do).
+    pub fn ending_at(mut self, iterations: u64) -> Self {
+        self.end = iterations;
+        self
     }
 
     /// This shard's index.
@@ -203,10 +266,27 @@ impl SliceShardCore {
         slice: usize,
         grad: Vec<f32>,
     ) -> Result<Option<Vec<f32>>, P3CoreError> {
-        let n_workers = self.n_workers;
-        let opt = self.opt;
-        if worker >= n_workers {
-            return Err(P3CoreError::WorkerOutOfRange { worker, n_workers });
+        let applied = self.push(iter, worker, slice, grad, &Announce::default())?;
+        Ok(applied.map(|a| a.values))
+    }
+
+    /// [`SliceShardCore::contribute`] with what the worker announces for the next
+    /// iteration; the update, when this push completed the slice's iteration, comes with
+    /// the next iteration's workers and the joiners' pulls it answers.
+    pub fn push(
+        &mut self,
+        iter: u64,
+        worker: usize,
+        slice: usize,
+        grad: Vec<f32>,
+        announce: &Announce,
+    ) -> Result<Option<Applied>, P3CoreError> {
+        let (capacity, end, opt) = (self.capacity, self.end, self.opt);
+        if worker >= capacity {
+            return Err(P3CoreError::WorkerOutOfRange {
+                worker,
+                n_workers: capacity,
+            });
         }
         let s = self.slice_mut(slice)?;
         if !s.initialised {
@@ -226,6 +306,13 @@ impl SliceShardCore {
                 got: grad.len(),
             });
         }
+        if !s.roster.contains(worker) {
+            return Err(P3CoreError::NotAMember {
+                slice,
+                iter,
+                worker,
+            });
+        }
         if s.grads[worker].is_some() {
             return Err(P3CoreError::Duplicate {
                 slice,
@@ -235,7 +322,12 @@ impl SliceShardCore {
         }
         s.grads[worker] = Some(grad);
         s.received += 1;
-        if s.received < n_workers {
+        s.joiners
+            .extend(announce.joiners.iter().filter(|&&w| w < capacity));
+        if announce.leaving {
+            s.leaving.insert(worker);
+        }
+        if s.received < s.roster.len() {
             return Ok(None);
         }
         let mut sum = vec![0.0f32; s.params.len()];
@@ -244,13 +336,86 @@ impl SliceShardCore {
                 sum.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
             }
         }
-        let n = n_workers as f32;
+        let n = s.received as f32;
         sum.iter_mut().for_each(|x| *x /= n);
         opt.step(&mut s.velocity, &mut s.params, &sum)
             .map_err(P3CoreError::Optimizer)?;
         s.received = 0;
+        s.roster = s.roster.next(&s.joiners, &s.leaving);
+        s.joiners.clear();
+        s.leaving.clear();
         s.iter += 1;
-        Ok(Some(s.params.clone()))
+        let done = s.iter >= end;
+        let roster = &s.roster;
+        let pulls: Vec<usize> = s
+            .pulls
+            .iter()
+            .copied()
+            .filter(|&w| done || roster.contains(w))
+            .collect();
+        pulls.iter().for_each(|w| {
+            s.pulls.remove(w);
+        });
+        Ok(Some(Applied {
+            iter,
+            values: s.params.clone(),
+            members: s.roster.members().iter().copied().collect(),
+            pulls,
+        }))
+    }
+
+    /// A worker asks for the values it starts from: answered at once when it is a member
+    /// of the iteration `slice` collects and has not pushed to it (a starting worker at
+    /// iteration 0, a joiner counted in) or when the job is over, else held until an
+    /// update makes it a member ([`Applied::pulls`]).
+    pub fn pull(&mut self, worker: usize, slice: usize) -> Result<Option<Pulled>, P3CoreError> {
+        let (capacity, end) = (self.capacity, self.end);
+        if worker >= capacity {
+            return Err(P3CoreError::WorkerOutOfRange {
+                worker,
+                n_workers: capacity,
+            });
+        }
+        let s = self.slice_mut(slice)?;
+        if s.roster.has_left(worker) {
+            return Err(P3CoreError::NotAMember {
+                slice,
+                iter: s.iter,
+                worker,
+            });
+        }
+        let member = s.roster.contains(worker) && s.grads[worker].is_none();
+        if !((s.iter >= end || member) && s.initialised) {
+            s.pulls.insert(worker);
+            return Ok(None);
+        }
+        Ok(Some(Pulled {
+            start: s.iter,
+            values: s.params.clone(),
+            members: s.roster.members().iter().copied().collect(),
+        }))
+    }
+}
+
+/// The values a worker starts iteration `start` from, and that iteration's workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pulled {
+    /// The worker's first iteration (the job's end when it came too late).
+    pub start: u64,
+    /// The slice's values.
+    pub values: Vec<f32>,
+    /// The workers of iteration `start`, in worker order.
+    pub members: Vec<usize>,
+}
+
+impl From<&Applied> for Pulled {
+    /// A held pull an update answers: the values start the next iteration.
+    fn from(a: &Applied) -> Self {
+        Pulled {
+            start: a.iter + 1,
+            values: a.values.clone(),
+            members: a.members.clone(),
+        }
     }
 }
 
@@ -284,162 +449,4 @@ pub fn reference_step(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::mode::Mode;
-    use crate::core::worker::SliceWorkerCore;
-
-    fn opt() -> FlatSgdMomentum {
-        FlatSgdMomentum::new(0.1, 0.9)
-    }
-
-    #[test]
-    fn shard_averages_in_worker_order_and_steps() {
-        let plan = SlicePlan::new(&[5], 3, 1).unwrap();
-        let mut core = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
-        assert_eq!(core.n_slices(), 2);
-        core.init_slice(0, vec![1.0; 3]).unwrap();
-        core.init_slice(1, vec![2.0; 2]).unwrap();
-        // Worker 1 first: arrival order must not matter.
-        assert_eq!(core.contribute(0, 1, 0, vec![3.0; 3]).unwrap(), None);
-        let out = core.contribute(0, 0, 0, vec![1.0; 3]).unwrap().unwrap();
-        // mean 2, v = 2, p = 1 - 0.1*2
-        assert!(out.iter().all(|&x| (x - 0.8).abs() < 1e-6));
-        assert_eq!(core.iteration(0), Some(1));
-        assert_eq!(core.iteration(1), Some(0));
-        // Momentum carries over to the next iteration: v = 0.9*2 + 0 = 1.8.
-        core.contribute(1, 0, 0, vec![0.0; 3]).unwrap();
-        let out = core.contribute(1, 1, 0, vec![0.0; 3]).unwrap().unwrap();
-        assert!(out.iter().all(|&x| (x - (0.8 - 0.18)).abs() < 1e-6));
-    }
-
-    #[test]
-    fn a_restored_shard_continues_exactly_as_the_original() {
-        let plan = SlicePlan::new(&[5], 3, 1).unwrap();
-        let mut a = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
-        a.init_slice(0, vec![1.0; 3]).unwrap();
-        a.init_slice(1, vec![2.0; 2]).unwrap();
-        for (slice, n) in [(0, 3), (1, 2)] {
-            a.contribute(0, 0, slice, vec![0.5; n]).unwrap();
-            a.contribute(0, 1, slice, vec![1.5; n]).unwrap();
-        }
-        assert!(matches!(
-            a.snapshot(0),
-            Err(P3CoreError::WrongIteration { .. })
-        ));
-        let snap = a.snapshot(1).unwrap();
-        // A gradient of round 1 already in is not part of the checkpoint.
-        a.contribute(1, 1, 0, vec![1.0; 3]).unwrap();
-        let mut b = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
-        b.restore(1, snap.clone()).unwrap();
-        b.contribute(1, 1, 0, vec![1.0; 3]).unwrap();
-        let from_a = a.contribute(1, 0, 0, vec![0.25; 3]).unwrap();
-        let from_b = b.contribute(1, 0, 0, vec![0.25; 3]).unwrap();
-        assert_eq!(from_a, from_b);
-        assert!(from_a.is_some());
-        assert!(matches!(
-            b.restore(1, snap[..1].to_vec()),
-            Err(P3CoreError::SliceCount { .. })
-        ));
-    }
-
-    #[test]
-    fn shard_rejects_bad_input() {
-        let plan = SlicePlan::new(&[4], 2, 2).unwrap();
-        let mut core = SliceShardCore::new(&plan, 1, 2, opt()).unwrap();
-        assert!(matches!(
-            core.contribute(0, 0, 1, vec![0.0; 2]),
-            Err(P3CoreError::NotInitialised { slice: 1 })
-        ));
-        assert!(matches!(
-            core.init_slice(0, vec![0.0; 2]),
-            Err(P3CoreError::NotOwned { .. })
-        ));
-        core.init_slice(1, vec![0.0; 2]).unwrap();
-        assert!(matches!(
-            core.contribute(0, 0, 1, vec![0.0; 3]),
-            Err(P3CoreError::Length { .. })
-        ));
-        assert!(matches!(
-            core.contribute(1, 0, 1, vec![0.0; 2]),
-            Err(P3CoreError::WrongIteration { .. })
-        ));
-        assert!(matches!(
-            core.contribute(0, 2, 1, vec![0.0; 2]),
-            Err(P3CoreError::WorkerOutOfRange { .. })
-        ));
-        core.contribute(0, 0, 1, vec![0.0; 2]).unwrap();
-        assert!(matches!(
-            core.contribute(0, 0, 1, vec![0.0; 2]),
-            Err(P3CoreError::Duplicate { .. })
-        ));
-    }
-
-    #[test]
-    fn shards_reproduce_reference_for_every_mode() {
-        let counts = [7u64, 3, 10];
-        let init: Vec<Vec<f32>> = counts
-            .iter()
-            .map(|&c| (0..c).map(|i| i as f32 * 0.1).collect())
-            .collect();
-        let grads = |w: usize, it: usize| -> Vec<Vec<f32>> {
-            counts
-                .iter()
-                .map(|&c| {
-                    (0..c)
-                        .map(|i| ((w + 1) * (it + 2)) as f32 * 0.013 + i as f32 * 0.007)
-                        .collect()
-                })
-                .collect()
-        };
-        let mut ref_p = init.clone();
-        let mut ref_v: Vec<Vec<f32>> = counts.iter().map(|&c| vec![0.0; c as usize]).collect();
-        for it in 0..3 {
-            reference_step(
-                &opt(),
-                &mut ref_p,
-                &mut ref_v,
-                &[grads(0, it), grads(1, it)],
-            )
-            .unwrap();
-        }
-        for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
-            let plan = SlicePlan::layerwise_split(mode, &counts, 4, 2).unwrap();
-            let mut shards: Vec<SliceShardCore> = (0..2)
-                .map(|s| SliceShardCore::new(&plan, s, 2, opt()).unwrap())
-                .collect();
-            let mut workers: Vec<SliceWorkerCore> = (0..2)
-                .map(|_| SliceWorkerCore::new(plan.clone(), init.clone()).unwrap())
-                .collect();
-            for s in plan.slices() {
-                let a = s.offset as usize;
-                shards[s.shard]
-                    .init_slice(s.id, init[s.layer][a..a + s.len as usize].to_vec())
-                    .unwrap();
-            }
-            for it in 0..3 {
-                workers.iter_mut().for_each(|w| w.begin_round(it as u64));
-                // Last layer first, as backprop produces them; workers interleaved.
-                for layer in (0..counts.len()).rev() {
-                    for w in [1, 0] {
-                        let g = grads(w, it);
-                        for (s, vals) in workers[w].grad_slices(layer, &g[layer]).unwrap() {
-                            if let Some(out) = shards[s.shard]
-                                .contribute(it as u64, w, s.id, vals)
-                                .unwrap()
-                            {
-                                for wk in workers.iter_mut() {
-                                    wk.receive(it as u64, s.id, &out).unwrap();
-                                }
-                            }
-                        }
-                    }
-                }
-                assert!(workers.iter().all(|w| w.all_ready()));
-            }
-            for w in &workers {
-                assert_eq!(w.params(), ref_p.as_slice(), "mode {mode:?}");
-            }
-        }
-    }
-}
+mod tests;

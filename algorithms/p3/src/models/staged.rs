@@ -582,6 +582,11 @@ impl StageModel for CandleStageModel {
         Ok(())
     }
 
+    fn set_rank(&mut self, rank: usize, of: usize) {
+        self.worker = rank;
+        self.n_workers = of.max(1);
+    }
+
     fn forward_stage(&mut self, iter: u64, stage: usize) -> Result<Duration, P3Error> {
         let n = self.ranges.len();
         let input = if stage == 0 {

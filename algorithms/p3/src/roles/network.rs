@@ -54,8 +54,8 @@ pub(super) fn initial(cfg: &P3Settings) -> Result<Option<Vec<Vec<f32>>>, P3Error
     Ok(Some(initial))
 }
 
-/// A worker of a real model: trains it on `train_data`; worker 0 then evaluates it on
-/// `test_data` and saves it to `model_out`.
+/// A worker of a real model: trains it on `train_data`; the first worker at the end
+/// (worker 0 unless it left) then evaluates it on `test_data` and saves it to `model_out`.
 pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Result<(), P3Error> {
     let Some(net) = cfg.real_net(&cfg.input_shape()?)? else {
         return Err(P3Error::Config {
@@ -99,7 +99,7 @@ pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Res
     });
     let report = worker_role(ctx, Arc::new(job), factory, Some(progress)).await?;
     let mut file = WorkerReportFile::new(&report, cfg.mode);
-    if report.worker == 0 {
+    if report.is_final_first() {
         if let Some(test) = &test {
             let s = evaluate(&net, &report.params, test, 64)
                 .map_err(|e| P3Error::real_model(net.name(), e))?;

@@ -9,6 +9,14 @@ fn report_file_measures_iterations_and_round_trips() {
         bytes_pushed: 10,
         stats: vec![],
         test: None,
+        start: 0,
+        changes: vec![RosterChange {
+            iteration: 3,
+            joined: vec![2],
+            left: vec![],
+        }],
+        final_workers: vec![0, 2],
+        params_digest: params_digest(&[vec![1.0, 2.0]]),
     };
     assert_eq!(f.secs_per_iter(1), Some(0.5));
     assert_eq!(f.secs_per_iter(4), None);
@@ -158,4 +166,59 @@ fn values_out_of_range_are_refused_naming_the_key() {
         let e = cfg.validate().unwrap_err().to_string();
         assert!(e.starts_with(want), "{e} does not start with {want}");
     }
+}
+
+#[test]
+fn params_digest_tells_models_apart_bit_for_bit() {
+    let a = params_digest(&[vec![1.0, 2.0], vec![3.0]]);
+    assert_eq!(a, params_digest(&[vec![1.0, 2.0], vec![3.0]]));
+    assert_ne!(a, params_digest(&[vec![1.0, 2.0], vec![3.0f32.next_up()]]));
+    assert_eq!(a.len(), 16);
+}
+
+/// Workers join and leave; a dead member counted as a leave, checkpoints with changes and
+/// shards that change are refused, each with its reason.
+#[test]
+fn membership_settings_p3_cannot_take_are_refused() {
+    let settings = |standby: &str, scale: Option<&str>, leave: bool| {
+        let mut topo = petrel_actors::Topology::builder("t")
+            .node("w0", &[WORKER_ROLE])
+            .node("w1", &[WORKER_ROLE])
+            .node("s0", &[SHARD_ROLE]);
+        if !standby.is_empty() {
+            let role = if standby.starts_with('w') {
+                WORKER_ROLE
+            } else {
+                SHARD_ROLE
+            };
+            topo = topo.standby_node(standby, &[role]);
+        }
+        topo.with(|s| {
+            s.cluster.scale = scale.map(String::from);
+            if leave {
+                s.cluster.on_node_death = petrel_actors::OnNodeDeath::Leave;
+            }
+        })
+        .build()
+        .unwrap()
+    };
+    let cfg = P3Settings::default();
+    let reason =
+        |s: &Settings, cfg: &P3Settings| check_membership(s, cfg).err().map(|e| e.to_string());
+    assert_eq!(reason(&settings("", None, false), &cfg), None);
+    let join_leave = settings("w2", Some("at=1s add w2; at=2s remove w1"), false);
+    assert_eq!(reason(&join_leave, &cfg), None);
+    let dead = reason(&settings("w2", None, true), &cfg).unwrap();
+    assert!(dead.contains("on_node_death"), "{dead}");
+    let saving = P3Settings {
+        checkpoint_dir: "ck".into(),
+        checkpoint_every: 2,
+        ..P3Settings::default()
+    };
+    let ck = reason(&join_leave, &saving).unwrap();
+    assert!(ck.contains("checkpoint_every = 0"), "{ck}");
+    let shard = reason(&settings("s1", None, false), &cfg).unwrap();
+    assert!(shard.contains("shards"), "{shard}");
+    let removed = reason(&settings("", Some("at=1s remove s0"), false), &cfg).unwrap();
+    assert!(removed.contains("shards"), "{removed}");
 }

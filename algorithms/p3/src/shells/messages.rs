@@ -17,10 +17,16 @@ pub struct PushGrad {
     /// The gradient values of the slice.
     #[serde(with = "f32_bytes")]
     pub grad: Vec<f32>,
+    /// The worker leaves after this iteration ([`crate::core::Announce`]).
+    #[serde(default)]
+    pub leaving: bool,
+    /// Workers it saw join that are not members yet.
+    #[serde(default)]
+    pub joiners: Vec<u32>,
 }
 
 /// A slice's parameters after the update of iteration `iter`.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct SliceValues {
     /// The iteration whose gradients were applied.
     pub iter: u64,
@@ -29,9 +35,25 @@ pub struct SliceValues {
     /// The new values.
     #[serde(with = "f32_bytes")]
     pub values: Vec<f32>,
+    /// The workers of iteration `iter + 1`, in worker order.
+    #[serde(default)]
+    pub workers: Vec<u32>,
 }
 
 remote_message!(PushGrad => SliceValues, "petrel.p3.push", payload = grad);
+
+/// A worker of a job whose workers change asks for a slice's values at the iteration it
+/// starts. Reply: the values it starts iteration `iter` from, once it is a member of that
+/// iteration (or the job is over), with the iteration's workers.
+#[derive(Serialize, Deserialize)]
+pub struct PullSlice {
+    /// The joining worker.
+    pub worker: u32,
+    /// The slice id.
+    pub slice: u32,
+}
+
+remote_message!(PullSlice => SliceValues, "petrel.p3.pull");
 
 /// Initial values of a slice (sent once by worker 0 before training). Reply: the slice id.
 #[derive(Serialize, Deserialize)]

@@ -8,6 +8,7 @@
 
 pub mod messages;
 pub mod shard;
+mod start;
 pub mod worker;
 
 pub use messages::{InitSlice, PushGrad, SliceValues};

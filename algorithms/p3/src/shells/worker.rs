@@ -7,17 +7,14 @@ use std::time::{Duration, Instant};
 use petrel_actors::{ActorRef, AskError, HandlerError, Msg, NodeContext};
 use petrel_messages::Priority;
 
-use crate::checkpoint::{
-    CheckpointConfig, CheckpointPolicy, assemble_params, write_manifest, write_worker_file,
-};
-use crate::core::{SlicePlan, SliceWorkerCore};
+use crate::checkpoint::{CheckpointConfig, CheckpointPolicy, write_manifest, write_worker_file};
+use crate::core::{Announce, RosterChange, SliceWorkerCore, WorkerRoster};
 use crate::error::P3Error;
 use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel, StepStats};
 use crate::shells::index_in;
-use crate::shells::messages::{
-    InitSlice, PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved,
-};
-use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE};
+use crate::shells::messages::{PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved};
+use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE, starting_workers};
+use crate::shells::start::{init_shards, live_workers, pull_params, resume_state};
 
 /// The actor on worker 0 that hears which checkpoint files the other workers wrote.
 pub const CHECKPOINT_ACTOR: &str = "p3-checkpoint";
@@ -53,6 +50,8 @@ struct Pusher {
     worker: u32,
     timeout: Duration,
     bytes: u64,
+    /// What this iteration's pushes announce (leaving, joiners seen).
+    announce: Announce,
     /// Slices on the wire now and since when (`/metrics`: wire busy time).
     wire: std::rc::Rc<std::cell::RefCell<WireBusy>>,
 }
@@ -112,6 +111,8 @@ impl Pusher {
                 worker: self.worker,
                 slice: s.id as u32,
                 grad: values,
+                leaving: self.announce.leaving,
+                joiners: self.announce.joiners.iter().map(|&w| w as u32).collect(),
             };
             let (tx, timeout, wire) = (self.tx.clone(), self.timeout, self.wire.clone());
             let node = wire.borrow().node.clone();
@@ -156,6 +157,11 @@ struct Worker<M> {
     /// Worker 0: the other workers' reports of their checkpoint files.
     saved: tokio::sync::mpsc::UnboundedReceiver<WorkerSaved>,
     shard_nodes: Vec<String>,
+    /// The workers of iteration `roster_iter` (the latest the replies told).
+    roster: WorkerRoster,
+    roster_iter: u64,
+    /// The changes of the workers this worker saw.
+    changes: Vec<RosterChange>,
 }
 
 impl<M: StageModel> Worker<M> {
@@ -175,6 +181,11 @@ impl<M: StageModel> Worker<M> {
         }
         // The shard answers with the iteration it aggregated; the worker waits for iter + 1.
         let round = v.iter + 1;
+        if round > self.roster_iter && !v.workers.is_empty() {
+            let members: Vec<usize> = v.workers.iter().map(|&w| w as usize).collect();
+            self.changes.extend(self.roster.adopt(round, &members));
+            self.roster_iter = round;
+        }
         if let Some(unit) = self.core.receive(round, slice, &v.values)?
             && let Some(values) = self.core.layer_params(unit)
         {
@@ -208,6 +219,15 @@ impl<M: StageModel> Worker<M> {
     /// iteration's start mark (when stage 0 began).
     async fn forward(&mut self, iter: u64, first: bool) -> Result<Option<Instant>, P3Error> {
         let me = self.me;
+        // The iteration's batch follows this worker's rank among its workers, which the
+        // first reply of the previous iteration tells.
+        while self.roster_iter < iter {
+            let a = self.rx.recv().await.ok_or(P3Error::RepliesClosed)?;
+            self.accept(a)?;
+        }
+        if let Some(rank) = self.roster.rank(me) {
+            self.model.set_rank(rank, self.roster.len());
+        }
         let mut mark = None;
         for stage in 0..self.layout.n_stages() {
             let units = self.layout.stage(stage);
@@ -366,40 +386,6 @@ async fn sleep_to(vt: Instant) {
     }
 }
 
-/// Worker 0 sends every slice's initial values to its shard.
-async fn init_shards(
-    ctx: &NodeContext,
-    job: &P3Job,
-    shard_nodes: &[String],
-) -> Result<(), P3Error> {
-    let plan = job.plan()?;
-    let inits = plan.slices().iter().map(|s| {
-        let a = s.offset as usize;
-        let values = job.initial[s.layer][a..a + s.len as usize].to_vec();
-        let msg = InitSlice {
-            slice: s.id as u32,
-            values,
-        };
-        let target = ctx
-            .node
-            .actor_at::<InitSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
-        let timeout = job.ask_timeout;
-        async move {
-            target?
-                .ask(msg, Priority::NORMAL, timeout)
-                .await
-                .map_err(|source| P3Error::InitSlice {
-                    slice: s.id,
-                    source,
-                })
-        }
-    });
-    for r in futures::future::join_all(inits).await {
-        r?;
-    }
-    Ok(())
-}
-
 /// The `p3-worker` role: builds this worker's model with `factory(worker index)`, trains
 /// `job` with it and returns what it measured.
 pub async fn worker_role<M: StageModel>(
@@ -425,30 +411,38 @@ pub async fn worker_role<M: StageModel>(
             model: layout.tensor_counts().to_vec(),
         });
     }
-    let (start, params, stats) = resume_state(&job, &plan, me)?;
+    let saving = job.checkpoint.clone().filter(|c| c.every > 0);
+    let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
+    let (start, params, stats, roster) = if ctx.settings.allows_membership_changes() {
+        // No start-up barrier a joiner would hold up: every worker pulls the values it
+        // starts from (a starting one at iteration 0).
+        let (start, params, members) = pull_params(&ctx, &job, &plan, &shard_nodes, me).await?;
+        tracing::info!(worker = me, start, ?members, "p3 worker starts");
+        (start, params, Vec::new(), WorkerRoster::new(members))
+    } else {
+        let (start, params, stats) = resume_state(&job, &plan, me)?;
+        if me == 0 && saving.is_some() {
+            let addr = actix::Actor::start(SavedCollector { tx: saved_tx });
+            ctx.node
+                .register(CHECKPOINT_ACTOR, addr)?
+                .accept::<WorkerSaved>();
+        }
+        ctx.barrier("p3.ready").await?;
+        if me == 0 && start == 0 {
+            init_shards(&ctx, &job, &shard_nodes).await?;
+        }
+        ctx.barrier("p3.init").await?;
+        let (_, starting) = starting_workers(&ctx);
+        (start, params, stats, WorkerRoster::new(starting))
+    };
     let core = SliceWorkerCore::new(plan, params)?;
     for (u, v) in core.params().iter().enumerate() {
         model.set_tensor(u, v).map_err(|e| P3Error::model(me, e))?;
     }
-    let saving = job.checkpoint.clone().filter(|c| c.every > 0);
-    let policy = CheckpointPolicy::new(saving.as_ref().map_or(0, |c| c.every), job.iterations);
-    let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
-    if me == 0 && saving.is_some() {
-        let addr = actix::Actor::start(SavedCollector { tx: saved_tx });
-        ctx.node
-            .register(CHECKPOINT_ACTOR, addr)?
-            .accept::<WorkerSaved>();
-    }
-    ctx.barrier("p3.ready").await?;
     let shards: Vec<ActorRef<PushGrad>> = shard_nodes
         .iter()
         .map(|n| ctx.node.actor_at::<PushGrad>(n, SHARD_ACTOR))
         .collect::<Result<_, _>>()?;
-    if me == 0 && start == 0 {
-        init_shards(&ctx, &job, &shard_nodes).await?;
-    }
-    ctx.barrier("p3.init").await?;
-
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Arrival>();
     let pusher = Pusher {
         shards,
@@ -456,6 +450,7 @@ pub async fn worker_role<M: StageModel>(
         worker: me as u32,
         timeout: job.ask_timeout,
         bytes: 0,
+        announce: Announce::default(),
         wire: std::rc::Rc::new(std::cell::RefCell::new(WireBusy {
             node: ctx.node.name().to_string(),
             ..WireBusy::default()
@@ -474,43 +469,11 @@ pub async fn worker_role<M: StageModel>(
         stats,
         saved,
         shard_nodes,
+        roster,
+        roster_iter: start,
+        changes: Vec::new(),
     };
-    let mut marks = Vec::with_capacity(job.iterations as usize + 1);
-    for iter in start..job.iterations {
-        marks.extend(w.forward(iter, iter == start).await?);
-        let step = w.model.stats();
-        if let Some(s) = &step {
-            // A step too large shows first in the loss: one number per iteration, where a
-            // pass over the parameters would cost a copy of the model.
-            if !s.loss.is_finite() {
-                return Err(P3Error::Diverged {
-                    worker: me,
-                    iter,
-                    what: "the training loss",
-                    value: s.loss,
-                });
-            }
-            let elapsed = marks.first().map_or(Duration::ZERO, Instant::elapsed);
-            let node = ctx.node.name();
-            petrel_observe::metrics()
-                .job
-                .point(node, "loss", elapsed, f64::from(s.loss));
-        }
-        w.stats.push(step);
-        w.core.begin_round(iter + 1);
-        w.backward(iter).await?;
-        if let Some(p) = &progress {
-            p(me, iter, w.model.stats());
-        }
-        if let Some(c) = &saving
-            && policy.due_after(iter)
-        {
-            w.wait_for(|c| c.all_ready()).await?;
-            w.save_checkpoint(&ctx, c, iter + 1).await?;
-        }
-    }
-    w.wait_for(|c| c.all_ready()).await?;
-    marks.push(Instant::now());
+    let marks = w.train(&ctx, start, saving, progress).await?;
     // Once per job: the last update has no loss after it, and an emulated model has none.
     let params = w.core.params();
     if let Some(value) = params.iter().flatten().copied().find(|v| !v.is_finite()) {
@@ -523,41 +486,75 @@ pub async fn worker_role<M: StageModel>(
     }
     Ok(P3WorkerReport {
         worker: me,
+        start,
         marks,
         params: params.to_vec(),
         stats: w.stats,
         bytes_pushed: w.pusher.bytes,
         ready_order: w.ready_order,
+        changes: w.changes,
+        final_workers: w.roster.members().iter().copied().collect(),
     })
 }
 
-/// Where worker `me` starts: round 0 from the job's initial parameters, or a resumed
-/// worker at the checkpoint's round from the shards' parameters and its own statistics.
-#[allow(clippy::type_complexity)]
-fn resume_state(
-    job: &P3Job,
-    plan: &SlicePlan,
-    me: usize,
-) -> Result<(u64, Vec<Vec<f32>>, Vec<Option<StepStats>>), P3Error> {
-    Ok(match job.resume_point()? {
-        Some(ck) => {
-            let round = ck.round;
-            let params = assemble_params(plan, &ck.shards)?;
-            let mine = ck
-                .workers
-                .into_iter()
-                .nth(me)
-                .ok_or(P3Error::CheckpointRound {
-                    round,
-                    detail: format!("no file of worker {me}"),
-                })?;
-            tracing::info!(worker = me, round, "p3 worker resumes from its checkpoint");
-            (round, params, mine.stats)
+impl<M: StageModel> Worker<M> {
+    /// Trains from iteration `start` to the job's end, or to the end of the iteration
+    /// after which this worker leaves (its node was asked to). Returns the iteration marks.
+    async fn train(
+        &mut self,
+        ctx: &NodeContext,
+        start: u64,
+        saving: Option<CheckpointConfig>,
+        progress: Option<Progress>,
+    ) -> Result<Vec<Instant>, P3Error> {
+        let (me, job) = (self.me, self.job.clone());
+        let policy = CheckpointPolicy::new(saving.as_ref().map_or(0, |c| c.every), job.iterations);
+        let mut marks = Vec::with_capacity(job.iterations.saturating_sub(start) as usize + 1);
+        for iter in start..job.iterations {
+            marks.extend(self.forward(iter, iter == start).await?);
+            let step = self.model.stats();
+            if let Some(s) = &step {
+                // A step too large shows first in the loss: one number per iteration, where a
+                // pass over the parameters would cost a copy of the model.
+                if !s.loss.is_finite() {
+                    return Err(P3Error::Diverged {
+                        worker: me,
+                        iter,
+                        what: "the training loss",
+                        value: s.loss,
+                    });
+                }
+                let elapsed = marks.first().map_or(Duration::ZERO, Instant::elapsed);
+                let node = ctx.node.name();
+                petrel_observe::metrics()
+                    .job
+                    .point(node, "loss", elapsed, f64::from(s.loss));
+            }
+            self.stats.push(step);
+            let live = live_workers(ctx);
+            self.pusher.announce = self
+                .roster
+                .announce(me, ctx.node.is_leave_requested(), &live);
+            self.core.begin_round(iter + 1);
+            self.backward(iter).await?;
+            if let Some(p) = &progress {
+                p(me, iter, self.model.stats());
+            }
+            if self.pusher.announce.leaving {
+                // The node leaves once the role returns, with this iteration's replies in.
+                ctx.node.leave_when_done();
+                tracing::info!(worker = me, iter, "p3 worker leaves after this iteration");
+                break;
+            }
+            if let Some(c) = &saving
+                && policy.due_after(iter)
+            {
+                self.wait_for(|c| c.all_ready()).await?;
+                self.save_checkpoint(ctx, c, iter + 1).await?;
+            }
         }
-        None => (
-            0,
-            job.initial.to_vec(),
-            Vec::with_capacity(job.iterations as usize),
-        ),
-    })
+        self.wait_for(|c| c.all_ready()).await?;
+        marks.push(Instant::now());
+        Ok(marks)
+    }
 }

@@ -1,0 +1,101 @@
+//! P3 survives a standby worker joining and a worker leaving mid-run (`petrel train p3
+//! --net emulated --standby-workers 1 --scale ...`) on processes: the changes at iteration
+//! boundaries in the output, the fixed run's parameters bit for bit (the emulated model's
+//! gradients are equal, so their mean over any workers is the same), no node process left
+//! behind. A standby worker that never starts is not waited for; checkpoints with changes
+//! are refused before any node starts.
+
+use crate::common::{alive, children_of, failure, last_json_line, petrel_cmd};
+use std::path::Path;
+use std::time::Duration;
+
+/// 64 iterations of the emulated VGG-19 at 1/1000 on 2 workers and 2 shards: about 2 s of
+/// training on threads of a debug build, longer on processes.
+const JOB: &str =
+    "--net emulated --train-data synthetic:256 --batch 8 --epochs 4 --workers 2 --shards 2";
+
+/// `w2` starts 600 ms after the cluster formed, `w0` is asked to leave at 1.5 s (the
+/// coordinator runs on shard 0).
+const PLAN: &str = "at=600ms add w2; at=1500ms remove w0";
+
+/// `petrel train p3` on `transport` with `args`: its final JSON line and the child
+/// processes seen while it ran.
+fn train(out: &Path, transport: &str, args: &[&str]) -> (serde_json::Value, Vec<u32>) {
+    let model = out.join("model.safetensors");
+    let child = petrel_cmd(["train", "p3", "--out", model.to_str().unwrap()])
+        .args(["--transport", transport])
+        .args(JOB.split_whitespace())
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut seen = Vec::new();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    while !waiter.is_finished() {
+        for p in children_of(pid) {
+            if !seen.contains(&p) {
+                seen.push(p);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = waiter.join().unwrap();
+    let what = format!("petrel train p3 {transport} {args:?}");
+    assert!(output.status.success(), "{what}: {}", output.status);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    (last_json_line(&stdout), seen)
+}
+
+#[test]
+fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, _) = train(&dir.path().join("fixed"), "memory", &[]);
+    assert_eq!(fixed["changes"], serde_json::json!([]), "{fixed}");
+    let args = ["--standby-workers", "1", "--scale", PLAN];
+    let (m, nodes) = train(&dir.path().join("elastic"), "processes", &args);
+    let changes = m["changes"].as_array().unwrap();
+    let at = |key: &str, worker: u64| {
+        changes
+            .iter()
+            .find(|c| c[key] == serde_json::json!([worker]))
+            .and_then(|c| c["iteration"].as_u64())
+    };
+    let (Some(joined), Some(left)) = (at("joined", 2), at("left", 0)) else {
+        panic!("no join of worker 2 and leave of worker 0: {m}");
+    };
+    let iterations = m["iterations"].as_u64().unwrap();
+    assert!(
+        0 < joined && joined < left && left < iterations,
+        "not a join then a leave mid-run: {m}"
+    );
+    assert_eq!(m["final_workers"], serde_json::json!([1, 2]), "{m}");
+    assert_eq!(
+        m["params_digest"], fixed["params_digest"],
+        "{m} against {fixed}"
+    );
+    // Both shards, w0, w1 and the joiner w2.
+    assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
+    let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+    assert!(orphans.is_empty(), "orphans {orphans:?}");
+}
+
+#[test]
+fn a_standby_p3_worker_that_never_starts_is_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = train(dir.path(), "memory", &["--standby-workers", "1"]);
+    assert_eq!(m["changes"], serde_json::json!([]), "{m}");
+    assert_eq!(m["final_workers"], serde_json::json!([0, 1]), "{m}");
+}
+
+#[test]
+fn p3_refuses_checkpoints_with_joins_and_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.safetensors");
+    let mut args = vec!["train", "p3", "--out", out.to_str().unwrap()];
+    args.extend(JOB.split_whitespace());
+    args.extend(["--standby-workers", "1", "--checkpoint-every", "2"]);
+    let err = failure(&args);
+    assert!(err.contains("checkpoint_every = 0"), "{err}");
+}
