@@ -488,7 +488,10 @@ fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
         }
     }
     let names: Vec<&str> = f.apps.iter().map(|a| a.app.as_str()).collect();
-    assert_eq!(names, ["lasso", "logistic", "ps-lr", "ps-mf", "ps-lda", "p3"]);
+    assert_eq!(
+        names,
+        ["lasso", "logistic", "ps-lr", "ps-mf", "ps-lda", "p3"]
+    );
     for app in &f.apps {
         assert_eq!((app.changes, app.hangs, app.orphans), (2, 0, 0), "{json}");
     }

@@ -207,6 +207,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     let membership = Membership {
         standby_workers: args.standby_workers,
         scale: args.scale.clone(),
+        ..Membership::default()
     };
     let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     let probe = P3Settings {
