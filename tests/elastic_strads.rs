@@ -191,11 +191,20 @@ fn apps_and_solvers_that_keep_a_fixed_membership_refuse_joins_and_leaves() {
             "--solver gauss-seidel --workers 2 --transport memory",
         ),
         ("lda", "--workers 2 --transport memory"),
+        (
+            "strads-mf",
+            "--workers 2 --transport memory --on-node-death leave",
+        ),
     ] {
         let out = dir.path().join(app);
+        // Each flag alone asks for a changing membership: --on-node-death leave too.
+        let membership = match args.contains("--on-node-death") {
+            true => vec![],
+            false => vec!["--standby-workers", "1", "--scale", PLAN],
+        };
         let output = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
             .args(args.split_whitespace())
-            .args(["--standby-workers", "1", "--scale", PLAN])
+            .args(membership)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
