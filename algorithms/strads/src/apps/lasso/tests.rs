@@ -399,7 +399,9 @@ where
         let partials = (halves.iter_mut().zip(&tasks))
             .map(|(w, task)| w.push(round, task).unwrap())
             .collect();
-        let commit = app.pull(round, partials, std::time::Duration::ZERO).unwrap();
+        let commit = app
+            .pull(round, partials, std::time::Duration::ZERO)
+            .unwrap();
         halves
             .iter_mut()
             .for_each(|w| w.commit(round, &commit).unwrap());
