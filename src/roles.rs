@@ -17,7 +17,6 @@ pub fn builtin(settings: Settings) -> Cluster {
     cluster = crate::demo::register(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
     cluster = petrel_p3::roles::register(cluster);
-    cluster = petrel_strads::apps::mf::register(cluster);
     cluster = petrel_strads::apps::lda::register(cluster);
     // The built-in apps deal their work to the members the job started with.
     cluster = cluster.registered_roles_need_fixed_membership();
@@ -26,6 +25,8 @@ pub fn builtin(settings: Settings) -> Cluster {
     // start.
     cluster = petrel_strads::apps::lasso::register(cluster);
     cluster = petrel_strads::apps::logistic::register(cluster);
+    // And strads-mf with dynamic dealing (its roles refuse anything else as they start).
+    cluster = petrel_strads::apps::mf::register(cluster);
     // And ps-mf and ps-lr: their workers join and leave (checked as their jobs start).
     cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
