@@ -272,40 +272,47 @@ fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
     let dealing = elastic.balance.unwrap_or_default();
     let changes = changes_of(&dealing);
     let diff = (elastic.objective - fixed.objective).abs() / fixed.objective.abs();
+    let runs = (fixed.elapsed_s, elastic.elapsed_s);
     let identical = fixed.coefficients.len() == elastic.coefficients.len()
         && (fixed.coefficients.iter())
             .zip(&elastic.coefficients)
             .all(|(a, b)| a.to_bits() == b.to_bits());
     Ok(AppFigures {
-        app: app.into(),
-        changes,
         identical: Some(identical),
         within_tolerance: diff <= 1e-6,
         objective_rel_diff: diff,
-        fixed_s: fixed.elapsed_s,
-        elastic_s: elastic.elapsed_s,
-        seconds_lost_per_change: (elastic.elapsed_s - fixed.elapsed_s) / changes.max(1) as f64,
+        ..timed(app, runs, changes, (orphans, hangs), dealing.rows)
+    })
+}
+
+/// The figures of `app` whose `(fixed, elastic)` runs took `runs` seconds, before the
+/// comparison of their models.
+fn timed(
+    app: &str,
+    runs: (f64, f64),
+    changes: u64,
+    (orphans, hangs): (usize, usize),
+    rows: Vec<u64>,
+) -> AppFigures {
+    let (fixed_s, elastic_s) = runs;
+    AppFigures {
+        app: app.into(),
+        changes,
+        identical: None,
+        within_tolerance: false,
+        objective_rel_diff: f64::NAN,
+        fixed_s,
+        elastic_s,
+        seconds_lost_per_change: (elastic_s - fixed_s) / changes.max(1) as f64,
         orphans,
         hangs,
-        rows: dealing.rows,
-    })
+        rows,
+    }
 }
 
 /// The figures of `app` when a run hung.
 fn hung(app: &str, orphans: usize, hangs: usize) -> AppFigures {
-    AppFigures {
-        app: app.into(),
-        changes: 0,
-        identical: None,
-        within_tolerance: false,
-        objective_rel_diff: f64::NAN,
-        fixed_s: f64::NAN,
-        elastic_s: f64::NAN,
-        seconds_lost_per_change: f64::NAN,
-        orphans,
-        hangs,
-        rows: Vec::new(),
-    }
+    timed(app, (f64::NAN, f64::NAN), 0, (orphans, hangs), Vec::new())
 }
 
 /// Joins and leaves of a run.
@@ -343,18 +350,12 @@ fn compare_mf(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
     let test = rel(fixed.final_test_rmse, elastic.final_test_rmse);
     let dealing = elastic.balance.clone().unwrap_or_default();
     let changes = changes_of(&dealing);
+    let runs = (fixed.elapsed_s, elastic.elapsed_s);
     Ok(AppFigures {
-        app: "strads-mf".into(),
-        changes,
         identical: Some(factors("fixed")? == factors("elastic")?),
         within_tolerance: train <= 1e-4 && test <= 1e-4,
         objective_rel_diff: train,
-        fixed_s: fixed.elapsed_s,
-        elastic_s: elastic.elapsed_s,
-        seconds_lost_per_change: (elastic.elapsed_s - fixed.elapsed_s) / changes.max(1) as f64,
-        orphans,
-        hangs,
-        rows: dealing.rows,
+        ..timed("strads-mf", runs, changes, (orphans, hangs), dealing.rows)
     })
 }
 
