@@ -6,7 +6,7 @@
 //! ([`ElasticWorkers`], decisions in [`Roster`]) and the worker's release (a leaver that
 //! holds no work after a change's commit may go). A worker that died (`on_node_death =
 //! "leave"`) is lost: the rounds in flight are given up and its share is dealt to the
-//! others ([`departed`] tells a death from a failure).
+//! others (`departed` tells a death from a failure).
 
 use crate::core::app::{Schedule, Step, StradsApp};
 use crate::core::pipeline::PipelineCore;
