@@ -82,8 +82,17 @@ impl Ring {
 }
 
 /// Runs the job from two workers; `changes[i] = (round, change)` is announced then and
-/// made at the first boundary the scheduler takes it. The scheduler at the end.
-fn run(job: &StradsMfSettings, mut changes: Vec<(u64, Reshape)>) -> MfScheduling {
+/// made at the first boundary the scheduler takes it (with `withdrawn`, the first one
+/// goes away once the scheduler first answered it). The scheduler at the end.
+fn run(job: &StradsMfSettings, changes: Vec<(u64, Reshape)>) -> MfScheduling {
+    run_with(job, changes, false)
+}
+
+fn run_with(
+    job: &StradsMfSettings,
+    mut changes: Vec<(u64, Reshape)>,
+    mut withdrawn: bool,
+) -> MfScheduling {
     let shape = JobShape {
         workers: 2,
         schedulers: 1,
@@ -104,15 +113,22 @@ fn run(job: &StradsMfSettings, mut changes: Vec<(u64, Reshape)>) -> MfScheduling
     for round in 0.. {
         if let Some((at, change)) = changes.first().cloned()
             && round >= at
-            && let Some(step) = sched.reshape(round, &change).unwrap()
         {
-            let Step::Run(plan) = step else {
-                panic!("a change's round runs")
-            };
-            ring.round(&mut sched, round, plan, &change.dealt);
-            names = change.staying().to_vec();
-            changes.remove(0);
-            continue;
+            match sched.reshape(round, &change).unwrap() {
+                Some(step) => {
+                    let Step::Run(plan) = step else {
+                        panic!("a change's round runs")
+                    };
+                    ring.round(&mut sched, round, plan, &change.dealt);
+                    names = change.staying().to_vec();
+                    changes.remove(0);
+                    continue;
+                }
+                None if std::mem::take(&mut withdrawn) => {
+                    changes.remove(0);
+                }
+                None => {}
+            }
         }
         match sched.schedule(round, 0) {
             Step::Run(plan) => ring.round(&mut sched, round, plan, &names),
@@ -210,4 +226,18 @@ fn a_change_waits_for_a_rotation_boundary_and_a_leaver_holds_nothing() {
     let (_, held) = w.rering(3, &epoch, Some(0)).unwrap();
     assert_eq!(held.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![0]);
     assert_eq!(w.core().user_ids().len(), 90);
+}
+
+#[test]
+fn a_change_that_goes_away_after_the_gathering_re_forms_the_same_ring() {
+    let job = job();
+    let fixed = run(&job, Vec::new());
+    // Round 0 starts a rotation: the model is gathered, then the joiner is gone.
+    let join = change(&["w0", "w1", "w2"], 3, &[false, false, true]);
+    let same = run_with(&job, vec![(0, join)], true);
+    let (f, s) = (fixed.metrics(), same.metrics());
+    assert_eq!(s.balance.as_ref().unwrap().changes, Vec::new());
+    // The same two workers, the same model to rounding.
+    assert_eq!(s.workers, 2);
+    assert!((f.final_train_rmse - s.final_train_rmse).abs() < 1e-4);
 }
