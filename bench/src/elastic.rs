@@ -5,8 +5,11 @@
 //! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
 //! time each change cost (`seconds_lost_per_change` = (elastic - fixed) / changes), node
 //! processes left behind (`orphans`, with `--transport processes`) and runs that did not
-//! end within `--max-seconds` (`hangs`). The apps that keep a fixed membership are listed
-//! in `fixed_membership`.
+//! end within `--max-seconds` (`hangs`). strads-mf runs on synthetic low-rank ratings
+//! (`--quick`: 80 users x 50 items); its changed workers rebuild their residuals from the
+//! data, so `identical` compares the factor files and `within_tolerance` the train and
+//! test RMSE (to 1e-4 relative; `objective_rel_diff` is the train RMSE's). The apps that
+//! keep a fixed membership are listed in `fixed_membership`.
 
 use petrel::CliError;
 use petrel::train::{Membership, run_job_with};
@@ -14,6 +17,7 @@ use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::metrics::RowDealing;
 use petrel_strads::apps::lasso::{Balance, LassoApp, LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::LogisticApp;
+use petrel_strads::apps::mf::{MfApp, StradsMfSettings};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -130,6 +134,53 @@ impl ElasticBenchArgs {
     }
 }
 
+impl ElasticBenchArgs {
+    /// strads-mf's job with dynamic dealing, into `out/strads-mf/<run>`.
+    fn mf_job(&self, run: &str) -> StradsMfSettings {
+        let (n_users, n_items, iterations) = match self.quick {
+            true => (80, 50, 50),
+            false => (2000, 1000, 20),
+        };
+        StradsMfSettings {
+            synthetic: petrel_ml::data::synthetic::LowRankParams {
+                n_users,
+                n_items,
+                ..Default::default()
+            },
+            outer_iterations: iterations,
+            balance: Balance::Dynamic,
+            out_dir: Some(self.out.join("strads-mf").join(run)),
+            ..StradsMfSettings::default()
+        }
+    }
+
+    /// The membership of the elastic runs: one standby worker and the plan.
+    fn elastic_membership(&self) -> Membership {
+        Membership {
+            standby_workers: 1,
+            scale: Some(self.plan.clone()),
+            ..Membership::default()
+        }
+    }
+}
+
+/// Runs `f` on its own thread; `None` if it did not end in `max_seconds` (a hang).
+fn within<T: Send + 'static>(
+    max_seconds: u64,
+    (app, run): (&str, &str),
+    f: impl FnOnce() -> Result<T, CliError> + Send + 'static,
+) -> Result<Option<T>, CliError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    let Ok(result) = rx.recv_timeout(Duration::from_secs(max_seconds)) else {
+        tracing::warn!(app, run, "run did not end in time: a hang");
+        return Ok(None);
+    };
+    result.map(Some)
+}
+
 /// What the comparison reads of one run.
 struct Run {
     elapsed_s: f64,
@@ -151,24 +202,20 @@ fn run_app(
     };
     let job = args.job(app, run);
     let (workers, transport) = (args.workers, args.transport);
-    let (tx, rx) = std::sync::mpsc::channel();
     let app_name = app.to_string();
     let thread_job = job.clone();
-    std::thread::spawn(move || {
+    let result = within(args.max_seconds, (app, run), move || {
         let job = thread_job;
-        let result = match app_name.as_str() {
+        match app_name.as_str() {
             "lasso" => run_job_with::<LassoApp>(&job, workers, transport, &membership)
                 .map(|m| (m.elapsed_s, m.final_objective, m.balance)),
             _ => run_job_with::<LogisticApp>(&job, workers, transport, &membership)
                 .map(|m| (m.elapsed_s, m.final_objective, m.balance)),
-        };
-        let _ = tx.send(result);
-    });
-    let Ok(result) = rx.recv_timeout(Duration::from_secs(args.max_seconds)) else {
-        tracing::warn!(app, run, "run did not end in time: a hang");
+        }
+    })?;
+    let Some((elapsed_s, objective, balance)) = result else {
         return Ok(None);
     };
-    let (elapsed_s, objective, balance) = result?;
     let dir = job.out_dir.unwrap_or_default();
     let coefficients = read_coefficients(&dir.join("coefficients.tsv"))?;
     tracing::info!(app, run, seconds = elapsed_s, "elastic bench run");
@@ -216,52 +263,99 @@ pub(crate) fn orphans(transport: JobTransport) -> usize {
 /// `app` with a fixed membership against a join and a leave.
 fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
     let fixed = run_app(args, app, Membership::default())?;
-    let membership = Membership {
-        standby_workers: 1,
-        scale: Some(args.plan.clone()),
-        ..Membership::default()
-    };
-    let elastic = run_app(args, app, membership)?;
+    let elastic = run_app(args, app, args.elastic_membership())?;
     let orphans = orphans(args.transport);
     let hangs = usize::from(fixed.is_none()) + usize::from(elastic.is_none());
     let (Some(fixed), Some(elastic)) = (fixed, elastic) else {
-        return Ok(AppFigures {
-            app: app.into(),
-            changes: 0,
-            identical: None,
-            within_tolerance: false,
-            objective_rel_diff: f64::NAN,
-            fixed_s: f64::NAN,
-            elastic_s: f64::NAN,
-            seconds_lost_per_change: f64::NAN,
-            orphans,
-            hangs,
-            rows: Vec::new(),
-        });
+        return Ok(hung(app, orphans, hangs));
     };
     let dealing = elastic.balance.unwrap_or_default();
-    let changes: u64 = dealing
-        .changes
-        .iter()
-        .map(|c| (c.joined.len() + c.left.len()) as u64)
-        .sum();
+    let changes = changes_of(&dealing);
     let diff = (elastic.objective - fixed.objective).abs() / fixed.objective.abs();
+    let runs = (fixed.elapsed_s, elastic.elapsed_s);
     let identical = fixed.coefficients.len() == elastic.coefficients.len()
         && (fixed.coefficients.iter())
             .zip(&elastic.coefficients)
             .all(|(a, b)| a.to_bits() == b.to_bits());
     Ok(AppFigures {
-        app: app.into(),
-        changes,
         identical: Some(identical),
         within_tolerance: diff <= 1e-6,
         objective_rel_diff: diff,
-        fixed_s: fixed.elapsed_s,
-        elastic_s: elastic.elapsed_s,
-        seconds_lost_per_change: (elastic.elapsed_s - fixed.elapsed_s) / changes.max(1) as f64,
+        ..timed(app, runs, changes, (orphans, hangs), dealing.rows)
+    })
+}
+
+/// The figures of `app` whose `(fixed, elastic)` runs took `runs` seconds, before the
+/// comparison of their models.
+fn timed(
+    app: &str,
+    runs: (f64, f64),
+    changes: u64,
+    (orphans, hangs): (usize, usize),
+    rows: Vec<u64>,
+) -> AppFigures {
+    let (fixed_s, elastic_s) = runs;
+    AppFigures {
+        app: app.into(),
+        changes,
+        identical: None,
+        within_tolerance: false,
+        objective_rel_diff: f64::NAN,
+        fixed_s,
+        elastic_s,
+        seconds_lost_per_change: (elastic_s - fixed_s) / changes.max(1) as f64,
         orphans,
         hangs,
-        rows: dealing.rows,
+        rows,
+    }
+}
+
+/// The figures of `app` when a run hung.
+fn hung(app: &str, orphans: usize, hangs: usize) -> AppFigures {
+    timed(app, (f64::NAN, f64::NAN), 0, (orphans, hangs), Vec::new())
+}
+
+/// Joins and leaves of a run.
+fn changes_of(dealing: &RowDealing) -> u64 {
+    (dealing.changes.iter())
+        .map(|c| (c.joined.len() + c.left.len()) as u64)
+        .sum()
+}
+
+/// strads-mf with a fixed membership against a join and a leave.
+fn compare_mf(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
+    let run = |membership: Membership, run: &str| {
+        let job = args.mf_job(run);
+        let (workers, transport) = (args.workers, args.transport);
+        let f = move || run_job_with::<MfApp>(&job, workers, transport, &membership);
+        within(args.max_seconds, ("strads-mf", run), f)
+    };
+    let fixed = run(Membership::default(), "fixed")?;
+    let elastic = run(args.elastic_membership(), "elastic")?;
+    let orphans = orphans(args.transport);
+    let hangs = usize::from(fixed.is_none()) + usize::from(elastic.is_none());
+    let (Some(fixed), Some(elastic)) = (fixed, elastic) else {
+        return Ok(hung("strads-mf", orphans, hangs));
+    };
+    let factors = |run: &str| -> Result<String, CliError> {
+        let dir = args.out.join("strads-mf").join(run);
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path).map_err(CliError::io(&path))
+        };
+        Ok(read("user_factors.tsv")? + &read("item_factors.tsv")?)
+    };
+    let rel = |f: f64, e: f64| (e - f).abs() / f.abs();
+    let train = rel(fixed.final_train_rmse, elastic.final_train_rmse);
+    let test = rel(fixed.final_test_rmse, elastic.final_test_rmse);
+    let dealing = elastic.balance.clone().unwrap_or_default();
+    let changes = changes_of(&dealing);
+    let runs = (fixed.elapsed_s, elastic.elapsed_s);
+    Ok(AppFigures {
+        identical: Some(factors("fixed")? == factors("elastic")?),
+        within_tolerance: train <= 1e-4 && test <= 1e-4,
+        objective_rel_diff: train,
+        ..timed("strads-mf", runs, changes, (orphans, hangs), dealing.rows)
     })
 }
 
@@ -270,23 +364,27 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = ElasticBenchArgs { out, ..args };
-    let apps = ["lasso", "logistic", "ps-lr", "ps-mf", "ps-lda", "p3"]
-        .into_iter()
-        .map(|app| match app {
-            "ps-lr" | "ps-mf" | "ps-lda" => crate::elastic_ps::compare(&args, app),
-            "p3" => crate::elastic_p3::compare(&args),
-            _ => compare(&args, app),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let apps = [
+        "lasso",
+        "logistic",
+        "strads-mf",
+        "ps-lr",
+        "ps-mf",
+        "ps-lda",
+        "p3",
+    ]
+    .into_iter()
+    .map(|app| match app {
+        "ps-lr" | "ps-mf" | "ps-lda" => crate::elastic_ps::compare(&args, app),
+        "p3" => crate::elastic_p3::compare(&args),
+        "strads-mf" => compare_mf(&args),
+        _ => compare(&args, app),
+    })
+    .collect::<Result<Vec<_>, _>>()?;
     let keys = "app changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
                 seconds_lost_per_change orphans hangs rows";
     crate::common::json_table(&apps, keys).print();
-    let fixed_membership = [
-        "strads-mf",
-        "lda",
-        "lasso (gauss-seidel)",
-        "logistic (gauss-seidel)",
-    ];
+    let fixed_membership = ["lda", "lasso (gauss-seidel)", "logistic (gauss-seidel)"];
     Ok(ElasticFigures {
         bench: "elastic".into(),
         quick: args.quick,

@@ -302,6 +302,11 @@ pub trait StradsTrainApp:
         let _ = job;
         false
     }
+    /// Whether an elastic `job` takes a dead worker as a leave (`--on-node-death leave`);
+    /// the default: when it is elastic.
+    fn takes_deaths(job: &Self::Job) -> bool {
+        Self::elastic(job)
+    }
     /// The scheduler nodes of its cluster (with `colocate`, all on one node).
     fn scheduler_nodes(job: &Self::Job, colocate: bool) -> Vec<(String, Vec<String>)> {
         let _ = (job, colocate);
@@ -412,6 +417,13 @@ impl StradsTrainApp for LogisticApp {
 impl StradsTrainApp for MfApp {
     type Metrics = MfMetrics;
     round_checkpoints!(StradsMfSettings);
+    fn elastic(job: &StradsMfSettings) -> bool {
+        petrel_strads::apps::mf::supports_membership_changes(job)
+    }
+    // A dead worker's H block is lost with it.
+    fn takes_deaths(_job: &StradsMfSettings) -> bool {
+        false
+    }
     fn summary(_job: &StradsMfSettings, m: &MfMetrics, out: &str) -> String {
         let test = if m.test_ratings > 0 {
             format!(", test RMSE {:.4}", m.final_test_rmse)

@@ -75,7 +75,8 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 2)]
     pub max_restarts: u32,
     /// Extra worker nodes marked standby: the job starts without them and they join when
-    /// started (by `--scale`). Only `train lasso --solver scheduled --balance dynamic`.
+    /// started (by `--scale`). Only `train lasso|logistic --solver scheduled --balance
+    /// dynamic` and `train strads-mf --balance dynamic`.
     #[arg(long, default_value_t = 0)]
     pub standby_workers: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=2s add w2; at=4s remove w0`: the
@@ -118,7 +119,13 @@ impl Membership {
         }
         if transport.is_none() || !A::elastic(job) {
             return Err(CliError::Usage(format!(
-                "--standby-workers, --scale and --on-node-death leave: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` on a cluster)",
+                "--standby-workers, --scale and --on-node-death leave: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` or `train strads-mf --balance dynamic` on a cluster)",
+                A::NAME
+            )));
+        }
+        if m.on_node_death == OnNodeDeath::Leave && !A::takes_deaths(job) {
+            return Err(CliError::Usage(format!(
+                "--on-node-death leave: {} takes joins and leaves, not deaths (a dead worker's part of the model is lost with it)",
                 A::NAME
             )));
         }

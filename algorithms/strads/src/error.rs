@@ -119,7 +119,7 @@ pub enum StradsError {
     /// An elastic cluster (standby nodes, a scale plan, `on_node_death = "leave"`) runs a
     /// role or settings written for a fixed membership.
     #[error(
-        "role {role} keeps a fixed membership: standby nodes, [cluster] scale and on_node_death = \"leave\" are for the scheduled Lasso and logistic regression with balance = \"dynamic\""
+        "role {role} keeps a fixed membership: standby nodes, [cluster] scale and on_node_death = \"leave\" are for the scheduled Lasso and logistic regression with balance = \"dynamic\" (strads-mf: standby nodes and the scale plan, with balance = \"dynamic\")"
     )]
     FixedMembership {
         /// The role.

@@ -224,6 +224,14 @@ pub trait RingApp: StradsApp {
     type Block: Serialize + DeserializeOwned + Send + 'static;
     /// The block a task works on (`None`: the task needs no block).
     fn block_needed(task: &Self::Task) -> Option<BlockId>;
+
+    /// The ring a task re-forms (its workers' node names, in ring order): a change of
+    /// the workers' round, handled by [`RingPush::rering`]. `None` (the default): a task
+    /// of the current ring.
+    fn new_ring(task: &Self::Task) -> Option<&[String]> {
+        let _ = task;
+        None
+    }
 }
 
 /// What happens to the block a push held.
@@ -263,6 +271,27 @@ pub trait RingPush<A: RingApp>: Unpin + 'static {
     ) -> Result<RingOutput<A::Partial, A::Block>, StradsModelError>;
     /// Applies the aggregated result of `round`.
     fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), StradsModelError>;
+
+    /// A task that re-forms the ring ([`RingApp::new_ring`]), with nothing in flight:
+    /// this worker is `index` of the new ring (`None`: it leaves). The partial and the
+    /// blocks it holds from now on. The default refuses: the app keeps its ring.
+    #[allow(clippy::type_complexity)]
+    fn rering(
+        &mut self,
+        round: u64,
+        task: &A::Task,
+        index: Option<u32>,
+    ) -> Result<(A::Partial, Vec<(BlockId, A::Block)>), StradsModelError> {
+        let _ = (task, index);
+        Err(StradsModelError::InvalidConfig(format!(
+            "round {round}: this app keeps a fixed ring (no joins or leaves)"
+        )))
+    }
+
+    /// Whether this worker holds work (see [`Push::holds_work`]); the default: always.
+    fn holds_work(&self) -> bool {
+        true
+    }
 
     /// The worker half's state for a round checkpoint (see [`Schedule::snapshot_state`]),
     /// without the blocks it holds (the shell saves those); `Ok(None)` (the default): this

@@ -349,28 +349,9 @@ impl MfPartition {
     /// user or item), which a node can count without holding the ratings.
     pub fn from_counts(user_counts: &[usize], item_counts: &[usize], n_buckets: usize) -> Self {
         let n_buckets = n_buckets.max(1);
-        let locate = |bucket_of: &[u32]| {
-            let mut members = vec![Vec::new(); n_buckets];
-            let mut local = vec![0u32; bucket_of.len()];
-            for (id, &b) in bucket_of.iter().enumerate() {
-                local[id] = members[b as usize].len() as u32;
-                members[b as usize].push(id as u32);
-            }
-            (local, members)
-        };
         let user_bucket = balanced_buckets(user_counts, n_buckets);
         let item_bucket = balanced_buckets(item_counts, n_buckets);
-        let (user_local, bucket_users) = locate(&user_bucket);
-        let (item_local, bucket_items) = locate(&item_bucket);
-        MfPartition {
-            n_buckets,
-            user_bucket,
-            user_local,
-            item_bucket,
-            item_local,
-            bucket_users,
-            bucket_items,
-        }
+        Self::from_buckets(user_bucket, item_bucket, n_buckets)
     }
 }
 
@@ -754,7 +735,9 @@ pub fn rmse(ratings: &Ratings, user_factors: &Array2<f32>, item_factors: &Array2
 }
 
 mod dealing;
+mod epoch;
 pub use dealing::MovedUser;
+pub use epoch::epoch_partition;
 
 #[cfg(test)]
 mod tests;

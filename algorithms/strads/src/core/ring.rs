@@ -180,6 +180,18 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
         Ok(())
     }
 
+    /// Re-forms the ring: this worker is `worker` of it from now on and holds `blocks`
+    /// (fresh, as at the start) instead of any it held.
+    pub fn rering(
+        &mut self,
+        worker: u32,
+        blocks: impl IntoIterator<Item = (BlockId, B)>,
+    ) -> Result<(), StradsModelError> {
+        self.restore_held(blocks.into_iter().map(|(id, b)| (id, None, b)))?;
+        self.worker = worker;
+        Ok(())
+    }
+
     /// Scheduler messages not yet applied.
     pub fn queued(&self) -> usize {
         self.queue.len()

@@ -13,6 +13,7 @@ pub mod serial;
 
 use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
 use crate::error::StradsError;
+use crate::shells::ring::start_ring_worker_with;
 use crate::shells::{
     ElasticWorkers, RosterNotice, RoundCheckpointSettings, RoundCheckpointer, RunStats,
     SchedulerOptions, WorkerSet, ring_members, run_scheduler, run_scheduler_checkpointed,
@@ -161,11 +162,11 @@ pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
     /// ([`Schedule::data_digest`]) at the ready barrier.
     fn data_digest(&self) -> Option<u64>;
 
-    /// Starts worker `index` in a job whose workers join and leave; the receiver fires
-    /// once it was asked to leave and holds no work. The default refuses (ring routing
-    /// keeps its members).
-    fn start_elastic(self, node: &Node, actor: &str, index: u32) -> StartedElastic {
-        let _ = (node, actor, index);
+    /// Starts worker `index` of `workers` in a job whose workers join and leave; the
+    /// receiver fires once it was asked to leave and holds no work. The default refuses:
+    /// the app keeps its members.
+    fn start_elastic(self, node: &Node, actor: &str, at: (u32, &[String])) -> StartedElastic {
+        let _ = (node, at);
         Err(StradsError::FixedMembership {
             role: actor.to_string(),
         })
@@ -200,7 +201,12 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
         self.0.data_digest()
     }
 
-    fn start_elastic(self, node: &Node, actor: &str, index: u32) -> StartedElastic {
+    fn start_elastic(
+        self,
+        node: &Node,
+        actor: &str,
+        (index, _): (u32, &[String]),
+    ) -> StartedElastic {
         Ok(start_elastic_worker::<A, W>(node, actor, index, self.0)?)
     }
 }
@@ -260,6 +266,17 @@ impl<A: RingApp, W: RingPush<A> + Send> WorkerHalf<A> for RingHalf<A, W> {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    /// A joiner starts in a ring of its own view; the change's round that admits it
+    /// gives it its place ([`RingPush::rering`]).
+    fn start_elastic(self, node: &Node, actor: &str, at: (u32, &[String])) -> StartedElastic {
+        let (index, workers) = at;
+        let ring = ring_members(node, workers, actor)?;
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let (logic, initial) = (self.logic, self.initial);
+        start_ring_worker_with::<A, W>(node, actor, (index, ring), logic, initial, Some(tx))?;
+        Ok(rx)
     }
 }
 
@@ -399,7 +416,7 @@ async fn elastic_worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strad
     let shape = shape_of::<J>(&ctx, &workers);
     let half = off_loop(move || J::worker(&config, index, &shape)).await?;
     let digest = half.data_digest();
-    let released = half.start_elastic(&ctx.node, J::WORKER_ROLE, index as u32)?;
+    let released = half.start_elastic(&ctx.node, J::WORKER_ROLE, (index as u32, &workers))?;
     let scheduler = ctx
         .nodes_with_role(J::SCHEDULER_ROLE)
         .into_iter()

@@ -6,8 +6,10 @@
 //! ([`ElasticWorkers`], decisions in [`Roster`]) and the worker's release (a leaver that
 //! holds no work after a change's commit may go). A worker that died (`on_node_death =
 //! "leave"`) is lost: the rounds in flight are given up and its share is dealt to the
-//! others ([`departed`] tells a death from a failure).
+//! others (`departed` tells a death from a failure).
 
+use crate::core::app::{Schedule, Step, StradsApp};
+use crate::core::pipeline::PipelineCore;
 use crate::core::roster::{Reshape, Roster};
 use crate::error::StradsError;
 use actix::prelude::*;
@@ -253,6 +255,46 @@ impl ElasticWorkers {
     pub fn changes(&self) -> u64 {
         self.changes
     }
+}
+
+/// The app's round for `change`; a change that loses dead workers must be made (their
+/// rows have no other owner).
+pub(crate) fn change_step<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    round: u64,
+    change: &Reshape,
+) -> Result<Option<Step<A::Task>>, StradsError> {
+    match app.reshape(round, change).map_err(StradsError::Pull)? {
+        None if !change.lost.is_empty() => Err(NodeError::Config(format!(
+            "round {round}: workers {:?} died and the app takes no change now",
+            change.lost
+        ))
+        .into()),
+        step => Ok(step),
+    }
+}
+
+/// A round failed with `error`. In an elastic job whose worker died, the rounds in flight
+/// are given up (`core` and the app forget them; the caller drops their futures) and the
+/// change that deals the dead worker's rows to the others comes next; any other failure
+/// is the job's.
+pub(crate) fn give_up_rounds<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    core: &mut PipelineCore,
+    elastic: Option<&mut ElasticWorkers>,
+    error: StradsError,
+) -> Result<(), StradsError> {
+    let Some(el) = elastic else {
+        return Err(error);
+    };
+    if el.died(&error).is_none() {
+        return Err(error);
+    }
+    let rounds = core.abandon();
+    tracing::info!(?rounds, "rounds given up; redone after the change");
+    app.lost(&rounds).map_err(StradsError::Pull)?;
+    el.abandoned();
+    Ok(())
 }
 
 /// The worker (of `sent_to`, in worker order) a failed request went to, when it is gone

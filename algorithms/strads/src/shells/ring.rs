@@ -22,6 +22,7 @@
 //! the star loop ([`super::run_scheduler`]) unchanged.
 
 use super::checkpoint::{read_worker_round_file, write_worker_round_file};
+use super::elastic::WorkerExit;
 use super::{
     Commit, Dispatch, Handoff, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState,
 };
@@ -64,6 +65,8 @@ pub struct RingWorker<A: RingApp, W: RingPush<A>> {
     sent: Vec<u64>,
     /// Handoffs received from each ring worker.
     received: Vec<u64>,
+    /// Set in a job whose workers may leave.
+    exit: Option<WorkerExit>,
     _app: PhantomData<fn() -> A>,
 }
 
@@ -93,6 +96,7 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
             received: vec![0; ring.len()],
             ring,
             core,
+            exit: None,
             _app: PhantomData,
         })
     }
@@ -139,6 +143,9 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
                         });
                         return self.fail(p);
                     }
+                    if let Some(exit) = &mut self.exit {
+                        exit.after_commit(self.logic.holds_work());
+                    }
                 }
                 Ok(Some(Ready::Push {
                     round,
@@ -147,7 +154,10 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
                     block,
                     reply,
                 })) => {
-                    let result = self.push(round, need, &task, block, reply.priority);
+                    let result = match A::new_ring(&task) {
+                        Some(names) => self.rering(round, names, &task),
+                        None => self.push(round, need, &task, block, reply.priority),
+                    };
                     match result {
                         Ok(partial) => {
                             let _ = reply.reply.send(Ok(PartialResult {
@@ -165,6 +175,36 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
                 }
             }
         }
+    }
+
+    /// A change's round: the app half rebuilds itself for the ring of `names` (this node
+    /// absent: it leaves) and the worker takes its new index, peers and blocks.
+    fn rering(
+        &mut self,
+        round: u64,
+        names: &[String],
+        task: &A::Task,
+    ) -> Result<A::Partial, StradsModelError> {
+        let index = names.iter().position(|n| n == self.node.name());
+        let index = index.map(|i| i as u32);
+        let failed = |source| StradsModelError::RingPush {
+            worker: self.index,
+            round,
+            source: Box::new(source),
+        };
+        let actor = self.ring.get(self.index as usize).map(|id| id.name.clone());
+        let ring = ring_members(&self.node, names, &actor.unwrap_or_default())
+            .map_err(|e| failed(StradsModelError::InvalidConfig(e.to_string())))?;
+        let (partial, blocks) = self.logic.rering(round, task, index).map_err(failed)?;
+        let index = index.unwrap_or(self.index);
+        self.core.rering(index, blocks)?;
+        tracing::info!(round, worker = index, ring = ?names, "ring re-formed");
+        self.index = index;
+        self.resolved = (0..ring.len()).map(|_| None).collect();
+        self.sent = vec![0; ring.len()];
+        self.received = vec![0; ring.len()];
+        self.ring = ring;
+        Ok(partial)
     }
 
     fn push(
@@ -381,7 +421,24 @@ pub fn start_ring_worker<A: RingApp, W: RingPush<A>>(
     logic: W,
     initial: Vec<(BlockId, A::Block)>,
 ) -> Result<Addr<RingWorker<A, W>>, crate::error::StradsError> {
-    let worker = RingWorker::<A, W>::new(node.clone(), index, ring, logic, initial)?;
+    start_ring_worker_with(node, name, (index, ring), logic, initial, None)
+}
+
+/// [`start_ring_worker`]; with `release` (a job whose workers may leave), the sender
+/// fires once this worker was asked to leave and holds no work after a commit.
+pub(crate) fn start_ring_worker_with<A: RingApp, W: RingPush<A>>(
+    node: &petrel_actors::Node,
+    name: &str,
+    (index, ring): (u32, Vec<ActorId>),
+    logic: W,
+    initial: Vec<(BlockId, A::Block)>,
+    release: Option<oneshot::Sender<()>>,
+) -> Result<Addr<RingWorker<A, W>>, crate::error::StradsError> {
+    let mut worker = RingWorker::<A, W>::new(node.clone(), index, ring, logic, initial)?;
+    worker.exit = release.map(|tx| WorkerExit {
+        node: node.clone(),
+        release: Some(tx),
+    });
     let addr = worker.start();
     node.register(name, addr.clone())?
         .accept::<Dispatch<A>>()

@@ -3,7 +3,7 @@
 //! actor. The decisions are the [`PipelineCore`]'s; this file only moves messages.
 
 use super::checkpoint::{RoundCheckpointer, read_worker_round_file, write_worker_round_file};
-use super::elastic::{ElasticWorkers, WorkerExit};
+use super::elastic::{ElasticWorkers, WorkerExit, change_step, give_up_rounds};
 use super::{Commit, Dispatch, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
@@ -372,46 +372,6 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
         rounds: core.next_round(),
         elapsed: elapsed(),
     })
-}
-
-/// The app's round for `change`; a change that loses dead workers must be made (their
-/// rows have no other owner).
-fn change_step<A: StradsApp, S: Schedule<A>>(
-    app: &mut S,
-    round: u64,
-    change: &crate::core::roster::Reshape,
-) -> Result<Option<Step<A::Task>>, StradsError> {
-    match app.reshape(round, change).map_err(StradsError::Pull)? {
-        None if !change.lost.is_empty() => Err(NodeError::Config(format!(
-            "round {round}: workers {:?} died and the app takes no change now",
-            change.lost
-        ))
-        .into()),
-        step => Ok(step),
-    }
-}
-
-/// A round failed with `error`. In an elastic job whose worker died, the rounds in flight
-/// are given up (`core` and the app forget them; the caller drops their futures) and the
-/// change that deals the dead worker's rows to the others comes next; any other failure
-/// is the job's.
-fn give_up_rounds<A: StradsApp, S: Schedule<A>>(
-    app: &mut S,
-    core: &mut PipelineCore,
-    elastic: Option<&mut ElasticWorkers>,
-    error: StradsError,
-) -> Result<(), StradsError> {
-    let Some(el) = elastic else {
-        return Err(error);
-    };
-    if el.died(&error).is_none() {
-        return Err(error);
-    }
-    let rounds = core.abandon();
-    tracing::info!(?rounds, "rounds given up; redone after the change");
-    app.lost(&rounds).map_err(StradsError::Pull)?;
-    el.abandoned();
-    Ok(())
 }
 
 /// Sends every worker the same commit (encoded once for all of them). In an elastic job

@@ -40,7 +40,7 @@ pub use scheduling::{MfMetrics, MfScheduling, StradsMfRmsePoint};
 use serde::{Deserialize, Serialize};
 pub use worker::{MfWorkerApp, initial_ring_blocks};
 
-use crate::core::mf::{FactorBlock, MfLayout, MfRidge, MovedUser, rmse};
+use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MovedUser, rmse};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use petrel_ml::data::{IdMapping, Ratings};
 
@@ -276,6 +276,35 @@ pub enum MfTask {
         /// One past the last.
         end: u64,
     },
+    /// A change of the workers (after a Collect round gathered W and H): the ring
+    /// re-forms over the workers of the moment, each rebuilding its users' ratings from
+    /// the data against the current factors; no block.
+    Epoch(Box<MfEpoch>),
+}
+
+/// The ring after a change of the workers, as a run starts but from the current model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MfEpoch {
+    /// The workers' node names in ring order (a worker not named leaves).
+    pub ring: Vec<String>,
+    /// Each user's worker (index in `ring`).
+    pub user_bucket: Vec<u32>,
+    /// Each item's block (one block per worker).
+    pub item_bucket: Vec<u32>,
+    /// W, `users x width` row-major.
+    #[serde(with = "f32_bytes")]
+    pub w: Vec<f32>,
+    /// H, `items x width` row-major.
+    #[serde(with = "f32_bytes")]
+    pub h: Vec<f32>,
+}
+
+impl MfEpoch {
+    /// The partition it deals.
+    pub fn partition(&self) -> MfPartition {
+        let (users, items) = (self.user_bucket.clone(), self.item_bucket.clone());
+        MfPartition::from_buckets(users, items, self.ring.len())
+    }
 }
 
 /// Worker -> scheduler.
@@ -337,7 +366,14 @@ impl RingApp for MfApp {
     fn block_needed(task: &MfTask) -> Option<BlockId> {
         match task {
             MfTask::Visit { block, .. } | MfTask::Collect { block } => Some(*block as BlockId),
-            MfTask::Deal { .. } => None,
+            MfTask::Deal { .. } | MfTask::Epoch(_) => None,
+        }
+    }
+
+    fn new_ring(task: &MfTask) -> Option<&[String]> {
+        match task {
+            MfTask::Epoch(epoch) => Some(&epoch.ring),
+            _ => None,
         }
     }
 }
@@ -507,10 +543,42 @@ impl StradsJob for MfApp {
     }
 }
 
-/// Registers the MF roles.
+/// Registers the MF roles. They take joins and leaves of workers with `balance =
+/// "dynamic"`; a worker's death (`on_node_death = "leave"`) loses its H block, so it is
+/// refused.
 pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
-    crate::kit::register::<MfApp>(cluster)
+    use crate::kit::{scheduler_role, worker_role};
+    cluster
+        .app_section_checked::<StradsMfSettings, _>(MfApp::SECTION, |job| job.validate())
+        .role(SCHEDULER_ROLE, |ctx| async move {
+            check_membership(&ctx, SCHEDULER_ROLE)?;
+            scheduler_role::<MfApp>(ctx).await
+        })
+        .role(WORKER_ROLE, |ctx| async move {
+            check_membership(&ctx, WORKER_ROLE)?;
+            worker_role::<MfApp>(ctx).await
+        })
 }
 
+/// Whether `job` takes workers that join and leave: with `balance = "dynamic"`, whose
+/// dealer deals the users over the workers of the moment.
+pub fn supports_membership_changes(job: &StradsMfSettings) -> bool {
+    job.balance == Balance::Dynamic
+}
+
+fn check_membership(ctx: &petrel_actors::NodeContext, role: &str) -> Result<(), StradsError> {
+    let job: StradsMfSettings = ctx.settings.app(MfApp::SECTION)?;
+    let death = ctx.settings.cluster.on_node_death == petrel_actors::OnNodeDeath::Leave;
+    match ctx.settings.allows_membership_changes() && (death || !supports_membership_changes(&job))
+    {
+        true => Err(StradsError::FixedMembership {
+            role: role.to_string(),
+        }),
+        false => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod epoch_tests;
 #[cfg(test)]
 mod tests;

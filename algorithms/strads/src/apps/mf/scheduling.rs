@@ -3,12 +3,18 @@
 
 use std::time::Duration;
 
+mod change;
+use change::{ChangeState, ranges_of};
+
 use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfSettings};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
-use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
+use crate::core::balance::{
+    DealGate, DealtShare, RowDealer, RowDealing, deal_order, deal_step, pull_deal,
+};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
+use crate::core::roster::Reshape;
 use crate::kit::encoded_len;
 use ndarray::Array2;
 use petrel_ml::data::{IdMapping, Ratings};
@@ -112,6 +118,7 @@ struct RatingsShape {
     n_items: usize,
     train_ratings: usize,
     ids: Option<IdMapping>,
+    item_counts: Vec<usize>,
 }
 
 /// Scheduler half: the rotation sequence. The blocks stay with the workers and come back
@@ -138,6 +145,8 @@ pub struct MfScheduling {
     /// [`deal_order`](crate::core::balance::deal_order)), and whether a deal round is out.
     dealer: Option<RowDealer>,
     dealing: bool,
+    /// A change of the workers ([`MfScheduling`]'s `reshape`).
+    change: ChangeState,
 }
 
 impl MfScheduling {
@@ -154,6 +163,7 @@ impl MfScheduling {
             n_items: train.n_items,
             train_ratings: train.entries.len(),
             ids: train.id_mapping.clone(),
+            item_counts: train.item_counts(),
         };
         Self::with_shape(partition.n_buckets, shape, test.clone(), job)
     }
@@ -172,6 +182,7 @@ impl MfScheduling {
             n_items: summary.shape.n_items,
             train_ratings: summary.train_ratings,
             ids: summary.shape.id_mapping.clone(),
+            item_counts: summary.item_train_counts.clone(),
         };
         let mut scheduling = Self::with_shape(workers.max(1), shape, test, job);
         scheduling.data_digest = Some(summary.digest());
@@ -185,6 +196,7 @@ impl MfScheduling {
             n_items,
             train_ratings,
             ids,
+            item_counts,
         } = shape;
         MfScheduling {
             schedule: RotationSchedule { p },
@@ -224,6 +236,10 @@ impl MfScheduling {
             data_digest: None,
             dealer: None,
             dealing: false,
+            change: ChangeState {
+                item_counts,
+                ..ChangeState::default()
+            },
         }
     }
 
@@ -236,6 +252,7 @@ impl MfScheduling {
         if job.balance == Balance::Dynamic {
             let shares = DealtShare::counts(&partition.user_bucket, partition.n_buckets);
             self.dealer = Some(RowDealer::from_shares(shares)?);
+            self.change.user_order = deal_order(&partition.user_bucket);
         }
         Ok(())
     }
@@ -263,6 +280,51 @@ impl MfScheduling {
             }
         }
         Some((w, h))
+    }
+
+    /// A Collect round's answers: W and the blocks come back to the scheduler.
+    fn collect(&mut self, partials: Vec<MfPartial>) -> Result<(), StradsModelError> {
+        let mut w = Array2::zeros((self.n_users, self.rank));
+        let mut block_bytes = 0u64;
+        self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+        for (worker, partial) in partials.into_iter().enumerate() {
+            let MfPartial::Factors {
+                user_ids,
+                w: rows,
+                block,
+            } = partial
+            else {
+                return Err(StradsModelError::protocol(format!(
+                    "worker {worker} answered collect with a visit"
+                )));
+            };
+            if rows.len() != user_ids.len() * self.rank {
+                return Err(StradsModelError::DimensionMismatch(
+                    "factor rows do not match the user ids".into(),
+                ));
+            }
+            for (r, &u) in user_ids.iter().enumerate() {
+                for k in 0..self.rank {
+                    if let Some(slot) = w.get_mut([u as usize, k]) {
+                        *slot = rows[r * self.rank + k];
+                    }
+                }
+            }
+            let expected = self
+                .schedule
+                .check_block(worker, 0, block.block, "returned")?;
+            if block.rank != self.rank {
+                return Err(StradsModelError::protocol(format!(
+                    "worker {worker} returned block {expected} of rank {}",
+                    block.rank
+                )));
+            }
+            block_bytes += encoded_len(&block);
+            self.blocks[expected] = Some(block);
+        }
+        self.s.metrics.block_bytes = block_bytes;
+        self.w = Some(w);
+        Ok(())
     }
 
     /// Sweep step number `iteration` (over all sweeps).
@@ -326,6 +388,17 @@ impl Schedule<MfApp> for MfScheduling {
             // Every sub-round needs the blocks of the previous one (and its commit).
             return Step::Wait;
         }
+        if std::mem::take(&mut self.change.gather_next) {
+            // At a rotation boundary every worker holds the block it started with.
+            self.change.gathering = true;
+            return self.schedule.plan(0, |_, block| MfTask::Collect { block });
+        }
+        if self.change.gathered {
+            // The change went away (its joiner left again): the same workers re-form it.
+            let ranges = self.dealer.as_ref().map(|d| ranges_of(&d.report().rows));
+            let ring = self.change.ring.clone();
+            return self.epoch_step(ring, &ranges.unwrap_or_default());
+        }
         // Users move only between rotations, with the W accumulators empty.
         if let Stage::Rotate { t: 0, .. } = self.s.stage
             && let Some(dealer) = &mut self.dealer
@@ -372,6 +445,18 @@ impl Schedule<MfApp> for MfScheduling {
         if let Some(dealer) = &mut self.dealer {
             dealer.pulled(elapsed.as_secs_f64(), false);
             self.s.metrics.balance = Some(dealer.report());
+        }
+        let none = MfCommit {
+            finalize_w: None,
+            moved: Vec::new(),
+        };
+        if std::mem::take(&mut self.change.gathering) {
+            self.collect(partials)?;
+            self.change.gathered = true;
+            return Ok(none);
+        }
+        if std::mem::take(&mut self.change.epoch) {
+            return Ok(none);
         }
         match self.s.stage {
             Stage::Rotate { phase, k, t } => {
@@ -443,51 +528,9 @@ impl Schedule<MfApp> for MfScheduling {
                 })
             }
             Stage::Collect => {
-                let mut w = Array2::zeros((self.n_users, self.rank));
-                let mut block_bytes = 0u64;
-                self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
-                for (worker, partial) in partials.into_iter().enumerate() {
-                    let MfPartial::Factors {
-                        user_ids,
-                        w: rows,
-                        block,
-                    } = partial
-                    else {
-                        return Err(StradsModelError::protocol(format!(
-                            "worker {worker} answered collect with a visit"
-                        )));
-                    };
-                    if rows.len() != user_ids.len() * self.rank {
-                        return Err(StradsModelError::DimensionMismatch(
-                            "factor rows do not match the user ids".into(),
-                        ));
-                    }
-                    for (r, &u) in user_ids.iter().enumerate() {
-                        for k in 0..self.rank {
-                            if let Some(slot) = w.get_mut([u as usize, k]) {
-                                *slot = rows[r * self.rank + k];
-                            }
-                        }
-                    }
-                    let expected = self
-                        .schedule
-                        .check_block(worker, 0, block.block, "returned")?;
-                    if block.rank != self.rank {
-                        return Err(StradsModelError::protocol(format!(
-                            "worker {worker} returned block {expected} of rank {}",
-                            block.rank
-                        )));
-                    }
-                    block_bytes += encoded_len(&block);
-                    self.blocks[expected] = Some(block);
-                }
-                self.s.metrics.block_bytes = block_bytes;
-                self.w = Some(w);
+                self.collect(partials)?;
                 self.s.stage = Stage::Finished;
-                Ok(MfCommit {
-                    finalize_w: None,
-                    moved: Vec::new(),
-                })
+                Ok(none)
             }
             Stage::Finished => Err(StradsModelError::protocol("pull after the job finished")),
         }
@@ -516,5 +559,17 @@ impl Schedule<MfApp> for MfScheduling {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    /// With `balance = "dynamic"`, at a rotation boundary: first a Collect round gathers
+    /// W and H (this answers `None`, the next round is it), then the change's round
+    /// re-forms the ring over the staying workers with the users dealt evenly. Elsewhere
+    /// in a rotation, and once the job is collecting, the workers stay for now.
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &Reshape,
+    ) -> Result<Option<Step<MfTask>>, StradsModelError> {
+        self.change_workers(round, change)
     }
 }

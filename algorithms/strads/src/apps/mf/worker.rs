@@ -1,7 +1,9 @@
 //! STRADS MF's worker half: a bucket of users with their ratings and rows of W; the H
 //! blocks pass through it.
 
-use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, Side, StradsMfSettings};
+use super::{
+    MfApp, MfCommit, MfEpoch, MfPartial, MfRatingsSummary, MfTask, Phase, Side, StradsMfSettings,
+};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
@@ -10,6 +12,7 @@ use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, Rot
 use crate::error::StradsError;
 use crate::kit::dealing::Straggler;
 use petrel_ml::data::Ratings;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Worker half.
@@ -24,6 +27,10 @@ pub struct MfWorkerApp {
     straggler: Straggler,
     /// Seconds spent visiting blocks in all (the straggler's sleep included).
     busy_s: f64,
+    /// The settings and data it was built from (a change of the workers rebuilds it).
+    source: Option<Arc<(StradsMfSettings, MfRatingsSummary)>>,
+    /// A change of the workers left it out of the ring.
+    left: bool,
 }
 
 impl MfWorkerApp {
@@ -75,12 +82,27 @@ impl MfWorkerApp {
     ) -> Result<Self, StradsError> {
         let (layout, init) = Self::start_of(index, partition, job)?;
         let blocks = initial_blocks(partition, layout);
+        let mut app = Self::build(index, partition, summary, job, (init, &blocks))?;
+        app.source = Some(Arc::new((job.clone(), summary.clone())));
+        Ok(app)
+    }
+
+    /// Worker `index` of `partition` reading its ratings from the data, its residuals
+    /// against `w` (its users' rows) and `blocks` (all of H).
+    fn build(
+        index: usize,
+        partition: &MfPartition,
+        summary: &MfRatingsSummary,
+        job: &StradsMfSettings,
+        (init, blocks): (Vec<f32>, &[FactorBlock]),
+    ) -> Result<Self, StradsError> {
+        let layout = job.layout();
         let mut worker = MfWorker::without_ratings(
             index,
             partition,
             layout.width(),
             init,
-            &blocks,
+            blocks,
             Some(summary.item_counts_u32()),
         )?;
         let dynamic = job.balance == Balance::Dynamic;
@@ -94,7 +116,7 @@ impl MfWorkerApp {
         let mut failed = None;
         job.visit_split(summary, |side, u, i, r| match side {
             Side::Train => {
-                if let Err(e) = worker.add_rating(partition, &blocks, u, i, r) {
+                if let Err(e) = worker.add_rating(partition, blocks, u, i, r) {
                     failed.get_or_insert(e);
                 }
             }
@@ -122,6 +144,8 @@ impl MfWorkerApp {
             dealing: None,
             straggler: Straggler::default(),
             busy_s: 0.0,
+            source: None,
+            left: false,
         }
     }
 
@@ -141,6 +165,57 @@ impl MfWorkerApp {
         let share = &*share;
         let moved = self.worker.release(|u| share.owns(u), partition)?;
         Ok(MfPartial::Released(moved))
+    }
+
+    /// A change of the workers: worker `index` of `epoch`'s ring rebuilt as a run starts,
+    /// from the current W and H (`None`: it leaves and holds nothing). The blocks it
+    /// holds before the new ring's first sub-round.
+    fn epoch(
+        &mut self,
+        epoch: &MfEpoch,
+        index: Option<u32>,
+    ) -> Result<Vec<(BlockId, FactorBlock)>, StradsModelError> {
+        let Some(index) = index.map(|i| i as usize) else {
+            self.left = true;
+            return Ok(Vec::new());
+        };
+        let source = self.source.clone().ok_or_else(|| {
+            StradsModelError::protocol("a change of the workers to a worker built without its data")
+        })?;
+        let (job, summary) = (&source.0, &source.1);
+        let (width, partition) = (self.rank, epoch.partition());
+        let rows = |ids: &[u32], m: &[f32]| -> Result<Vec<f32>, StradsModelError> {
+            let mut out = Vec::with_capacity(ids.len() * width);
+            for &id in ids {
+                let at = id as usize * width;
+                let row = m.get(at..at + width).ok_or_else(|| {
+                    StradsModelError::DimensionMismatch(format!("no row {id} in the epoch's model"))
+                })?;
+                out.extend_from_slice(row);
+            }
+            Ok(out)
+        };
+        let blocks = (partition.bucket_items.iter().enumerate())
+            .map(|(b, ids)| {
+                Ok(FactorBlock::new(
+                    b,
+                    width,
+                    ids.clone(),
+                    rows(ids, &epoch.h)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, StradsModelError>>()?;
+        let users = partition.bucket_users.get(index).map(Vec::as_slice);
+        let init = rows(users.unwrap_or_default(), &epoch.w)?;
+        let rebuilt = Self::build(index, &partition, summary, job, (init, &blocks))
+            .map_err(|e| StradsModelError::InvalidConfig(e.to_string()))?;
+        let straggler = self.straggler;
+        *self = rebuilt.with_straggler(straggler);
+        self.source = Some(source);
+        let schedule = RotationSchedule {
+            p: partition.n_buckets,
+        };
+        Ok(schedule.held_at_start(index, blocks, |b| b.block))
     }
 
     /// The core worker (its ratings, residuals and rows of W).
@@ -197,6 +272,9 @@ impl RingPush<MfApp> for MfWorkerApp {
             }
             (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
                 (*b, block)
+            }
+            (MfTask::Epoch(_), _) => {
+                return Err(StradsModelError::protocol("an epoch outside a new ring"));
             }
             (_, None) => {
                 return Err(StradsModelError::protocol(
@@ -261,7 +339,9 @@ impl RingPush<MfApp> for MfWorkerApp {
                     },
                 })
             }
-            MfTask::Deal { .. } => Err(StradsModelError::protocol("a deal with a block")),
+            MfTask::Deal { .. } | MfTask::Epoch(_) => {
+                Err(StradsModelError::protocol("a deal with a block"))
+            }
             MfTask::Collect { .. } => Ok(RingOutput {
                 partial: MfPartial::Factors {
                     user_ids: self.worker.user_ids().to_vec(),
@@ -271,6 +351,22 @@ impl RingPush<MfApp> for MfWorkerApp {
                 block: BlockFate::Consumed,
             }),
         }
+    }
+
+    fn rering(
+        &mut self,
+        _round: u64,
+        task: &MfTask,
+        index: Option<u32>,
+    ) -> Result<(MfPartial, Vec<(BlockId, FactorBlock)>), StradsModelError> {
+        let MfTask::Epoch(epoch) = task else {
+            return Err(StradsModelError::protocol("a new ring without an epoch"));
+        };
+        Ok((MfPartial::Released(Vec::new()), self.epoch(epoch, index)?))
+    }
+
+    fn holds_work(&self) -> bool {
+        !self.left
     }
 
     fn commit(&mut self, _round: u64, commit: &MfCommit) -> Result<(), StradsModelError> {

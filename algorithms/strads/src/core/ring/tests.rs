@@ -176,3 +176,18 @@ fn settle_keeps_passes_or_rejects() {
     let err = settle(&mut c, 3, 4, Some(2), BlockFate::Keep("again".into())).unwrap_err();
     assert!(err.to_string().contains("already holds block 2"), "{err}");
 }
+
+#[test]
+fn a_new_ring_gives_the_worker_its_index_and_fresh_blocks() {
+    let mut c = core(2, &[2]);
+    c.rering(0, [(0, "new0".to_string())]).unwrap();
+    assert_eq!((c.worker(), c.held_ids()), (0, vec![0]));
+    // A fresh block serves the next round whatever its number.
+    c.dispatch(7, Some(0), "t", "r").unwrap();
+    assert_eq!(push_of(c.next_ready().unwrap()), (7, Some("new0".into())));
+    // A leaver holds nothing; two blocks of one id are refused.
+    c.rering(0, []).unwrap();
+    assert!(c.held_ids().is_empty());
+    let twice = [(1, "a".to_string()), (1, "b".to_string())];
+    assert!(c.rering(1, twice).is_err());
+}

@@ -1,0 +1,106 @@
+//! A change of STRADS MF's workers, on the scheduler: at a rotation boundary a Collect
+//! round gathers W and H, then the epoch round re-forms the ring over the workers of the
+//! moment, as a run starts but from the current factors.
+
+use super::{MfScheduling, Stage};
+use crate::apps::mf::{MfEpoch, MfTask};
+use crate::core::StradsModelError;
+use crate::core::app::{Plan, Step};
+use crate::core::balance::deal_order;
+use crate::core::mf::{RotationSchedule, epoch_partition};
+use crate::core::roster::Reshape;
+use ndarray::Array2;
+use std::ops::Range;
+
+/// Where a change of the workers is: a Collect round gathers W and H at a rotation
+/// boundary, then the epoch round re-forms the ring over the workers of the moment.
+#[derive(Default)]
+pub(super) struct ChangeState {
+    /// The next round gathers the model.
+    pub(super) gather_next: bool,
+    /// The gathering round is in flight.
+    pub(super) gathering: bool,
+    /// W and the blocks are here: the epoch round is due.
+    pub(super) gathered: bool,
+    /// The epoch round is in flight.
+    pub(super) epoch: bool,
+    /// The ring of the gathered model (its epoch when the change went away meanwhile).
+    pub(super) ring: Vec<String>,
+    /// Each user's position in the deal order of the current ring.
+    pub(super) user_order: Vec<u32>,
+    /// Training ratings of each item (the items' split into blocks).
+    pub(super) item_counts: Vec<usize>,
+}
+
+impl MfScheduling {
+    /// The epoch round re-forming the ring over `ring` (node names in ring order), the
+    /// users of `ranges` of the deal order to each, from the gathered W and H.
+    pub(super) fn epoch_step(&mut self, ring: Vec<String>, ranges: &[Range<u64>]) -> Step<MfTask> {
+        let partition = epoch_partition(&self.change.user_order, ranges, &self.change.item_counts);
+        let flat = |m: Array2<f32>| m.iter().copied().collect::<Vec<f32>>();
+        let (w, h) = self
+            .factors()
+            .map(|(w, h)| (flat(w), flat(h)))
+            .unwrap_or_default();
+        self.change.user_order = deal_order(&partition.user_bucket);
+        self.schedule = RotationSchedule { p: ring.len() };
+        self.blocks = vec![None; ring.len()];
+        self.w = None;
+        self.change.gathered = false;
+        self.change.epoch = true;
+        self.s.metrics.workers = ring.len();
+        Step::Run(Plan::All(MfTask::Epoch(Box::new(MfEpoch {
+            ring,
+            user_bucket: partition.user_bucket,
+            item_bucket: partition.item_bucket,
+            w,
+            h,
+        }))))
+    }
+
+    /// [`crate::core::app::Schedule::reshape`] (see there).
+    pub(super) fn change_workers(
+        &mut self,
+        round: u64,
+        change: &Reshape,
+    ) -> Result<Option<Step<MfTask>>, StradsModelError> {
+        if !change.lost.is_empty() {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "workers {:?} died with their H blocks: strads-mf takes joins and leaves, not deaths",
+                change.lost
+            )));
+        }
+        let Some(dealer) = self.dealer.as_mut() else {
+            return Err(StradsModelError::InvalidConfig(
+                "joins and leaves need balance = \"dynamic\"".into(),
+            ));
+        };
+        if !matches!(self.s.stage, Stage::Rotate { t: 0, .. }) {
+            return Ok(None);
+        }
+        if !self.change.gathered {
+            self.change.gather_next = true;
+            self.change.ring = (change.dealt.iter().zip(&change.joined))
+                .filter(|(_, joined)| !**joined)
+                .map(|(w, _)| w.clone())
+                .collect();
+            return Ok(None);
+        }
+        let ranges = dealer.reshape(round, change)?;
+        let staying = change.staying().to_vec();
+        let ranges = ranges.get(..staying.len()).unwrap_or_default().to_vec();
+        Ok(Some(self.epoch_step(staying, &ranges)))
+    }
+}
+
+/// Contiguous ranges of `shares` units, in order.
+pub(super) fn ranges_of(shares: &[u64]) -> Vec<Range<u64>> {
+    let mut start = 0;
+    shares
+        .iter()
+        .map(|&n| {
+            start += n;
+            start - n..start
+        })
+        .collect()
+}
