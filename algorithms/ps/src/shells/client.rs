@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use crate::core::client::{ClientCore, GetOutcome, PushTicket};
 use crate::core::error::PsCoreError;
 use crate::core::managed::{BandwidthManager, ManagedStats};
+use crate::core::placement::{AtBoundary, Placement, WorkerPause};
 use crate::core::stats::{ReadStats, StalenessStats};
 use crate::core::types::{
     Clock, ReadRequest, Row, RowId, ShardBatch, SharedRow, TableId, TableSpec, WorkerId,
@@ -19,7 +20,7 @@ use crate::core::types::{
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
 use crate::shells::messages::{
-    PS_PRIORITY, ToClient, ToShard, client_actor_name, shard_actor_name,
+    PS_PRIORITY, PlacementNote, ToClient, ToShard, client_actor_name, shard_actor_name,
 };
 use petrel_actors::address::{ActorRef, Msg};
 use petrel_actors::error::HandlerError;
@@ -31,6 +32,8 @@ struct ClientShared {
     stop: Option<String>,
     /// Managed communication's manager, shared by `clock()` and the background sender.
     managed: Option<BandwidthManager>,
+    /// What a change of the shard set asks of this worker.
+    pause: WorkerPause,
 }
 
 /// Bösen's idle poll of the background sender when there is nothing to send (ms).
@@ -78,6 +81,9 @@ impl Handler<Msg<ToClient>> for ClientInbox {
             ToClient::Stop { reason } => {
                 s.stop.get_or_insert(reason);
             }
+            ToClient::Pause => s.pause.ask(),
+            ToClient::Cut { cut } => s.pause.cut(cut),
+            ToClient::Resume { placement } => s.pause.resume(placement),
         }
         drop(s);
         self.notify.notify_waiters();
@@ -134,6 +140,7 @@ impl PsClient {
             error: None,
             stop: None,
             managed: None,
+            pause: WorkerPause::default(),
         }));
         let notify = Rc::new(Notify::new());
         let inbox = ClientInbox {
@@ -327,7 +334,7 @@ impl PsClient {
             }
             let (_, bound) = blocked.get_or_insert((std::time::Instant::now(), false));
             *bound |= beyond_seen;
-            let hint = crate::core::types::shard_of(table, rows[still[0]], self.layout.n_shards());
+            let hint = (self.shared.borrow().core.placement()).shard_of(table, rows[still[0]]);
             self.send_reads(fetch, false)?;
             // Replies are handled on this thread, so none can slip in before we wait.
             self.wait_notified(hint).await?;
@@ -483,7 +490,7 @@ impl PsClient {
         self.clock_flushing(true)?;
         let reqs = {
             let mut s = self.shared.borrow_mut();
-            (0..self.layout.n_shards())
+            (s.core.placement().shards().into_iter())
                 .map(|sh| s.core.sync_request(sh))
                 .collect::<Result<Vec<_>, _>>()?
         };
@@ -536,6 +543,48 @@ impl PsClient {
         self.shared.borrow().managed.as_ref().map(|m| m.stats())
     }
 
+    /// Sends rows by `placement` from now (the job's shards join and leave; the
+    /// starting placement, or one a [`ToClient::Resume`] brought).
+    pub fn install_placement(&self, placement: Placement) -> Result<(), PsError> {
+        Ok(self.shared.borrow_mut().core.install_placement(placement)?)
+    }
+
+    /// At a clock boundary, what a change of the shard set asks of this worker
+    /// ([`WorkerPause`]): reports to `coordinator` and waits while paused, takes the new
+    /// placement once resumed; returns when the worker may run its next clock.
+    pub async fn shard_change_boundary(
+        &self,
+        coordinator: &ActorRef<PlacementNote>,
+    ) -> Result<(), PsError> {
+        loop {
+            self.check()?;
+            let step = {
+                let s = &mut *self.shared.borrow_mut();
+                s.pause.at_boundary(s.core.current_clock())
+            };
+            match step {
+                AtBoundary::Step => return Ok(()),
+                AtBoundary::Install(p) => {
+                    tracing::debug!(worker = self.worker, epoch = p.epoch(), "new placement");
+                    return self.install_placement(p);
+                }
+                AtBoundary::Report(clock) => {
+                    let note = PlacementNote::Paused {
+                        worker: self.worker,
+                        clock,
+                    };
+                    coordinator
+                        .tell(note, petrel_messages::Priority::HIGH)
+                        .map_err(|e| self.failed(format!("report a pause: {e}")))?;
+                }
+                // Other workers may take a few clocks to reach the cut: wait on.
+                AtBoundary::Wait => {
+                    let _ = tokio::time::timeout(self.timeout, self.notify.notified()).await;
+                }
+            }
+        }
+    }
+
     /// Tells every shard this worker is done (it stops holding back their min clocks).
     /// Managed communication's held rows go first, and its background sender stops.
     pub fn leave(&self) -> Result<(), PsError> {
@@ -547,7 +596,8 @@ impl PsClient {
             }
         };
         send_batches(&self.shards, held).map_err(|e| self.failed(e))?;
-        for s in 0..self.layout.n_shards() {
+        let shards = self.shared.borrow().core.placement().shards();
+        for s in shards {
             self.send(
                 s,
                 ToShard::Leave {
