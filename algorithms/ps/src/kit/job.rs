@@ -389,5 +389,23 @@ mod tests {
         let (s, _) = settings(true, false, 0);
         let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
         assert!(lda.is_err_and(|e| e.to_string().contains("fixed at the start")));
+        // Shards that join, alone and with a worker that joins.
+        let shards = |standby_worker: bool| {
+            let mut topo = local_topology("t", 1, 2, Transport::Memory)
+                .standby_node("shard-1", &["ps-shard"]);
+            if standby_worker {
+                topo = topo.standby_node("worker-2", &["ps-worker"]);
+            }
+            let cfg = PsLrSettings {
+                checkpoint_every: 0,
+                ..PsLrSettings::default()
+            };
+            (topo.build().unwrap(), cfg)
+        };
+        assert_eq!(reason(shards(false)), None, "a standby shard");
+        refused(shards(true), "shards that join or leave and workers that join");
+        let (s, _) = shards(false);
+        let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
+        assert!(lda.is_err_and(|e| e.to_string().contains("fixed at the start")));
     }
 }
