@@ -5,8 +5,8 @@
 //! Rows are hashed into a fixed number of partitions per table (`P` = 256 per starting
 //! shard); a placement maps partitions to shards and moves only whole partitions, as few
 //! as the new shard set needs. A change happens at a clock boundary `cut`: every worker
-//! reports its clock at its next boundary and pauses, the workers behind run to the
-//! largest (`cut`) and pause there, the shards (min clock `cut`, every update of clocks
+//! says at once the next boundary it reaches and pauses there, the workers behind run to
+//! the largest (`cut`) and pause there, the shards (min clock `cut`, every update of clocks
 //! `< cut` applied, none later) hand the moved rows over, and the workers resume with the
 //! new placement, dropping their cached copies, reads in flight and pushes of moved rows
 //! (the next read asks, and under ESSP subscribes at, the new owner).
@@ -131,7 +131,7 @@ fn distinct(shards: &[u32]) -> Result<BTreeSet<u32>, PsCoreError> {
 pub enum ReshardStep {
     /// Nothing yet.
     Wait,
-    /// Every worker reported: tell them all the cut (the largest clock reported).
+    /// Every worker said where it pauses: tell them all the cut (the largest).
     Cut(Clock),
     /// Every worker is at the cut: wait for every shard's min clock to reach it, move the
     /// rows, then resume the workers with the new placement.
@@ -144,7 +144,7 @@ pub struct Reshard {
     next: Placement,
     /// The workers taking part (those that end their run drop out).
     workers: BTreeSet<u32>,
-    /// First reports: each worker's clock when it paused.
+    /// First reports: the boundary each worker pauses at unless told a later cut.
     clocks: BTreeMap<u32, Clock>,
     cut: Option<Clock>,
     /// Workers paused at the cut.
@@ -179,12 +179,21 @@ impl Reshard {
         self.workers.iter().copied().collect()
     }
 
+    /// The workers taking part that have not said where they pause.
+    pub fn unreported(&self) -> Vec<u32> {
+        (self.workers.iter().copied())
+            .filter(|w| !self.clocks.contains_key(w))
+            .collect()
+    }
+
     /// The cut, once every worker reported.
     pub fn cut(&self) -> Option<Clock> {
         self.cut
     }
 
-    /// `worker` paused at the boundary of `clock`. A worker past the cut is an error.
+    /// `worker` pauses at the boundary of `clock`: its first report says the boundary it
+    /// will pause at (the next it reaches), a later one that it is there, at the cut. A
+    /// worker past the cut is an error.
     pub fn paused(&mut self, worker: u32, clock: Clock) -> Result<ReshardStep, PsCoreError> {
         if !self.workers.contains(&worker) {
             return Ok(ReshardStep::Wait);
@@ -216,28 +225,24 @@ impl Reshard {
     }
 
     fn decide(&mut self) -> ReshardStep {
-        if self.handed {
+        if self.handed || self.workers.is_empty() {
             return ReshardStep::Wait;
         }
-        let cut = match self.cut {
-            Some(cut) => cut,
-            None if self.clocks.len() < self.workers.len() => return ReshardStep::Wait,
-            None => {
-                let cut = self.clocks.values().copied().max().unwrap_or(0);
-                self.cut = Some(cut);
-                let at = self.clocks.iter().filter(|&(_, &c)| c == cut);
-                self.at_cut.extend(at.map(|(&w, _)| w));
-                if self.at_cut.len() < self.workers.len() {
-                    return ReshardStep::Cut(cut);
-                }
-                cut
+        if self.cut.is_none() {
+            if self.clocks.len() < self.workers.len() {
+                return ReshardStep::Wait;
             }
-        };
-        if self.at_cut.len() < self.workers.len() {
-            return ReshardStep::Wait;
+            let cut = self.clocks.values().copied().max().unwrap_or(0);
+            self.cut = Some(cut);
+            return ReshardStep::Cut(cut);
         }
-        self.handed = true;
-        ReshardStep::HandOver(cut)
+        match self.cut {
+            Some(cut) if self.at_cut.len() >= self.workers.len() => {
+                self.handed = true;
+                ReshardStep::HandOver(cut)
+            }
+            _ => ReshardStep::Wait,
+        }
     }
 }
 
@@ -246,7 +251,7 @@ impl Reshard {
 pub enum AtBoundary {
     /// Run the next clock.
     Step,
-    /// Tell the coordinator it paused at this clock, then ask again.
+    /// Tell the coordinator it is at the cut (this clock), then ask again.
     Report(Clock),
     /// Wait for the coordinator's next word, then ask again.
     Wait,
@@ -255,51 +260,71 @@ pub enum AtBoundary {
 }
 
 /// A worker's side of a change of the shard set: what the coordinator said so far.
+/// A pause is answered at once, from the worker's inbox, with the next boundary the worker
+/// reaches (it may be inside a read that waits for a worker already paused, so its answer
+/// cannot wait for that boundary); it pauses there until it knows the cut, runs to the
+/// cut, reports and pauses until the new placement comes. Messages of an epoch already
+/// installed are stale and ignored.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerPause {
-    asked: bool,
-    reported: Option<Clock>,
+    /// The placement epoch this worker sends by.
+    epoch: u64,
+    /// The change asked (its epoch) and the boundary this worker said it pauses at.
+    asked: Option<(u64, Clock)>,
     cut: Option<Clock>,
+    reported: bool,
     resumed: Option<Placement>,
 }
 
 impl WorkerPause {
-    /// The coordinator asks for a pause at the next boundary.
-    pub fn ask(&mut self) {
-        self.asked = true;
+    /// The coordinator asks for a pause towards placement epoch `epoch`; the worker's next
+    /// boundary is `next`. Returns the clock to report now (`None`: stale or already asked).
+    pub fn ask(&mut self, epoch: u64, next: Clock) -> Option<Clock> {
+        if epoch <= self.epoch || self.asked.is_some_and(|(e, _)| e == epoch) {
+            return None;
+        }
+        self.asked = Some((epoch, next));
+        self.cut = None;
+        self.reported = false;
+        Some(next)
     }
 
-    /// The coordinator says the cut.
-    pub fn cut(&mut self, cut: Clock) {
-        self.cut = Some(cut);
+    /// The coordinator says the cut of the change towards `epoch`.
+    pub fn cut(&mut self, epoch: u64, cut: Clock) {
+        if self.asked.is_some_and(|(e, _)| e == epoch) {
+            self.cut = Some(cut);
+        }
     }
 
     /// The coordinator says the new placement.
     pub fn resume(&mut self, placement: Placement) {
-        self.resumed = Some(placement);
-    }
-
-    /// Whether the worker is inside a change (asked and not yet resumed).
-    pub fn active(&self) -> bool {
-        self.asked || self.resumed.is_some()
+        if placement.epoch() > self.epoch {
+            self.resumed = Some(placement);
+        }
     }
 
     /// The decision at the boundary of `clock` (the worker completed `clock` clocks).
     pub fn at_boundary(&mut self, clock: Clock) -> AtBoundary {
         if let Some(p) = self.resumed.take() {
-            *self = WorkerPause::default();
+            self.epoch = p.epoch();
+            if self.asked.is_some_and(|(e, _)| e <= self.epoch) {
+                self.asked = None;
+                self.cut = None;
+            }
             return AtBoundary::Install(p);
         }
-        if !self.asked {
+        let Some((_, at)) = self.asked else {
             return AtBoundary::Step;
-        }
+        };
         match self.cut {
             Some(cut) if clock < cut => AtBoundary::Step,
-            _ if self.reported == Some(clock) => AtBoundary::Wait,
-            _ => {
-                self.reported = Some(clock);
-                AtBoundary::Report(clock)
+            Some(cut) if !self.reported => {
+                self.reported = true;
+                AtBoundary::Report(cut.max(clock))
             }
+            Some(_) => AtBoundary::Wait,
+            None if clock < at => AtBoundary::Step,
+            None => AtBoundary::Wait,
         }
     }
 }

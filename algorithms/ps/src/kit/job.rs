@@ -16,6 +16,9 @@ use crate::kit::reshard::{ShardSet, coordinator_actor};
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
 use crate::shells::{self, PlacementNote, PsLayout};
 
+/// How long a shard waits for the coordinator to take one of its notes.
+const NOTE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How long workers and the monitor wait for every shard to answer at start-up.
 pub(crate) const SHARDS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -278,15 +281,28 @@ async fn serve_elastic<A: PsApp, F: std::future::Future>(
     mine: &[u32],
     served: F,
 ) -> Result<F::Output, PsError> {
-    // Resolved when used: the monitor may be on this node, registered later.
-    let tell = |note: PlacementNote, shard: u32| -> Result<(), PsError> {
-        let to = coordinator_actor::<A>();
-        let coordinator = ctx.node.actor_at::<PlacementNote>(&job.monitor_node, &to)?;
-        (coordinator.tell(note, Priority::HIGH))
-            .map_err(|source| PsError::Placement { shard, source })
+    let to = coordinator_actor::<A>();
+    // Asked until answered, resolved each time: the coordinator opens with the monitor,
+    // which may start later (its node builds the job first), or on this node.
+    let tell = async |note: PlacementNote, shard: u32| -> Result<(), PsError> {
+        let deadline = tokio::time::Instant::now() + SHARDS_READY_TIMEOUT;
+        loop {
+            let coordinator = ctx.node.actor_at::<PlacementNote>(&job.monitor_node, &to)?;
+            match coordinator
+                .ask(note.clone(), Priority::HIGH, NOTE_TIMEOUT)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(source) if tokio::time::Instant::now() >= deadline => {
+                    return Err(PsError::Placement { shard, source });
+                }
+                Err(e) => tracing::debug!(shard, error = %e, "coordinator not there yet"),
+            }
+            tokio::time::sleep(NOTE_TIMEOUT / 5).await;
+        }
     };
     for &shard in mine.iter().filter(|s| job.standby_shards.contains(s)) {
-        tell(PlacementNote::ShardJoined { shard }, shard)?;
+        tell(PlacementNote::ShardJoined { shard }, shard).await?;
     }
     let served = std::pin::pin!(served);
     let leave = std::pin::pin!(ctx.node.leave_requested());
@@ -294,7 +310,7 @@ async fn serve_elastic<A: PsApp, F: std::future::Future>(
         futures::future::Either::Left((done, _)) => Ok(done),
         futures::future::Either::Right(((), served)) => {
             for &shard in mine {
-                tell(PlacementNote::ShardLeaving { shard }, shard)?;
+                tell(PlacementNote::ShardLeaving { shard }, shard).await?;
             }
             Ok(served.await)
         }
@@ -391,8 +407,8 @@ mod tests {
         assert!(lda.is_err_and(|e| e.to_string().contains("fixed at the start")));
         // Shards that join, alone and with a worker that joins.
         let shards = |standby_worker: bool| {
-            let mut topo = local_topology("t", 1, 2, Transport::Memory)
-                .standby_node("shard-1", &["ps-shard"]);
+            let mut topo =
+                local_topology("t", 1, 2, Transport::Memory).standby_node("shard-1", &["ps-shard"]);
             if standby_worker {
                 topo = topo.standby_node("worker-2", &["ps-worker"]);
             }
@@ -403,7 +419,10 @@ mod tests {
             (topo.build().unwrap(), cfg)
         };
         assert_eq!(reason(shards(false)), None, "a standby shard");
-        refused(shards(true), "shards that join or leave and workers that join");
+        refused(
+            shards(true),
+            "shards that join or leave and workers that join",
+        );
         let (s, _) = shards(false);
         let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
         assert!(lda.is_err_and(|e| e.to_string().contains("fixed at the start")));

@@ -277,12 +277,13 @@ pub(crate) async fn monitor_role<A: PsApp>(
         }
         None => None,
     };
-    let live = job.live_shards();
-    shells::wait_for_shards_of(&ctx.node, (&job.layout, &live), SHARDS_READY_TIMEOUT).await?;
+    // Open before anything waits: a shard may announce itself early.
     let mut coordinator = match job.shard_set().placement {
         Some(_) => Some(Coordinator::open::<A>(&ctx.node)?),
         None => None,
     };
+    let live = job.live_shards();
+    shells::wait_for_shards_of(&ctx.node, (&job.layout, &live), SHARDS_READY_TIMEOUT).await?;
     let (mut state, offset_s) = match &resumed {
         Some(ck) => {
             let bytes = ck.piece(Piece::Monitor)?;

@@ -138,7 +138,17 @@ impl Coordinator {
                 .filter(|w| !job.standby.contains(w) && !self.gone.contains(w));
             let mut r = Reshard::new(&current, &after, workers)?;
             if r.workers().is_empty() {
-                continue; // The job is ending: nothing to move the rows for.
+                // The job is ending: nothing to move the rows for; a joiner just stops.
+                if let Change::Join(s) = change {
+                    let query = ShardQuery::TakeOver {
+                        next: current.clone(),
+                        joining: Some((0, Vec::new())),
+                        tables: Vec::new(),
+                    };
+                    let timeout = node.default_timeout();
+                    shells::snapshot_of(node, (&job.layout, &[s]), query, timeout).await?;
+                }
+                continue;
             }
             let cut = self.pause_workers(node, job, &mut r).await?;
             let Some(cut) = cut else { continue };
@@ -166,18 +176,20 @@ impl Coordinator {
         job: &PsJob<A>,
         r: &mut Reshard,
     ) -> Result<Option<Clock>, PsError> {
-        tell_workers(node, job, &r.workers(), || ToClient::Pause)?;
+        let epoch = r.next().epoch();
         loop {
             if r.workers().is_empty() {
                 return Ok(None);
             }
+            // Again until answered: a worker's inbox may not be open yet.
+            tell_workers(node, job, &r.unreported(), || ToClient::Pause { epoch })?;
             let notify = self.notes.notify.clone();
             let notified = notify.notified();
             for step in self.take_notes(Some(r))? {
                 match step {
                     ReshardStep::Wait => {}
                     ReshardStep::Cut(cut) => {
-                        tell_workers(node, job, &r.workers(), || ToClient::Cut { cut })?;
+                        tell_workers(node, job, &r.workers(), || ToClient::Cut { epoch, cut })?;
                     }
                     ReshardStep::HandOver(cut) => return Ok(Some(cut)),
                 }

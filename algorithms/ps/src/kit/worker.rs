@@ -152,6 +152,9 @@ async fn run_worker<A: PsApp>(
     let coordinator = (job.shard_set().placement.is_some())
         .then(|| node.actor_at::<PlacementNote>(&job.monitor_node, &coordinator_actor::<A>()))
         .transpose()?;
+    if let Some(c) = &coordinator {
+        client.follow_shard_changes(c.clone());
+    }
     // A node asked to leave drains at a clock boundary: its updates so far stay applied.
     while client.stop_requested().is_none() && !node.is_leave_requested() {
         match job.app.step(&mut state, &ctx).await? {

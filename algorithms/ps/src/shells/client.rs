@@ -34,6 +34,8 @@ struct ClientShared {
     managed: Option<BandwidthManager>,
     /// What a change of the shard set asks of this worker.
     pause: WorkerPause,
+    /// The coordinator of shard changes, which hears where this worker pauses.
+    coordinator: Option<ActorRef<PlacementNote>>,
 }
 
 /// Bösen's idle poll of the background sender when there is nothing to send (ms).
@@ -81,8 +83,23 @@ impl Handler<Msg<ToClient>> for ClientInbox {
             ToClient::Stop { reason } => {
                 s.stop.get_or_insert(reason);
             }
-            ToClient::Pause => s.pause.ask(),
-            ToClient::Cut { cut } => s.pause.cut(cut),
+            ToClient::Pause { epoch } => {
+                // Answered here: the worker may be waiting in a read for a paused one.
+                let s = &mut *s;
+                let next = s.core.current_clock() + 1;
+                // Without a coordinator yet, the pause is asked again.
+                if let Some(c) = &s.coordinator
+                    && let Some(clock) = s.pause.ask(epoch, next)
+                {
+                    let worker = s.core.worker().0;
+                    let note = PlacementNote::Paused { worker, clock };
+                    if let Err(e) = c.tell(note, petrel_messages::Priority::HIGH) {
+                        s.error
+                            .get_or_insert(format!("worker {worker}: report a pause: {e}"));
+                    }
+                }
+            }
+            ToClient::Cut { epoch, cut } => s.pause.cut(epoch, cut),
             ToClient::Resume { placement } => s.pause.resume(placement),
         }
         drop(s);
@@ -141,6 +158,7 @@ impl PsClient {
             stop: None,
             managed: None,
             pause: WorkerPause::default(),
+            coordinator: None,
         }));
         let notify = Rc::new(Notify::new());
         let inbox = ClientInbox {
@@ -547,6 +565,11 @@ impl PsClient {
     /// starting placement, or one a [`ToClient::Resume`] brought).
     pub fn install_placement(&self, placement: Placement) -> Result<(), PsError> {
         Ok(self.shared.borrow_mut().core.install_placement(placement)?)
+    }
+
+    /// Makes this worker take part in changes of the shard set that `coordinator` runs.
+    pub fn follow_shard_changes(&self, coordinator: ActorRef<PlacementNote>) {
+        self.shared.borrow_mut().coordinator = Some(coordinator);
     }
 
     /// At a clock boundary, what a change of the shard set asks of this worker

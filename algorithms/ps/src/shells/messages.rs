@@ -58,11 +58,16 @@ pub enum ToClient {
         /// Why (for the log).
         reason: String,
     },
-    /// The shard set changes: report the clock at the next boundary and pause there
-    /// ([`crate::core::placement::WorkerPause`]).
-    Pause,
+    /// The shard set changes towards placement epoch `epoch`: say the next boundary and
+    /// pause there ([`crate::core::placement::WorkerPause`]).
+    Pause {
+        /// The epoch of the placement after the change.
+        epoch: u64,
+    },
     /// Run to clock `cut`, report and pause there.
     Cut {
+        /// The epoch of the placement after the change.
+        epoch: u64,
         /// The clock every worker pauses at.
         cut: Clock,
     },
@@ -77,7 +82,8 @@ remote_message!(ToClient => (), "petrel.ps.to_client");
 /// Worker or shard -> the coordinator of shard changes (on the monitor's node).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum PlacementNote {
-    /// `worker` paused at the boundary of `clock`.
+    /// `worker` pauses at the boundary of `clock` (first the next one it reaches, then the
+    /// cut, once there).
     Paused {
         /// The worker.
         worker: u32,

@@ -216,6 +216,10 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
                     .map_err(|e| failed(self.shard, e))?;
                 }
                 (self.core.take_over(tables)).map_err(|e| failed(self.shard, e))?;
+                // A joiner of a job whose workers all ended serves no one.
+                if self.core.members() == 0 {
+                    let _ = self.events.send(ShardEvent::AllLeft);
+                }
                 (Vec::new(), None, Vec::new())
             }
             ShardQuery::Ping => (Vec::new(), None, Vec::new()),

@@ -63,56 +63,80 @@ fn the_cut_is_the_largest_clock_reported_and_the_hand_over_waits_for_every_worke
     let mut r = Reshard::new(&p, &[0, 1, 2], [0, 1, 2]).unwrap();
     assert_eq!(r.paused(0, 5).unwrap(), ReshardStep::Wait);
     assert_eq!(r.paused(2, 7).unwrap(), ReshardStep::Wait);
+    assert_eq!(r.unreported(), [1]);
     assert_eq!(r.paused(1, 6).unwrap(), ReshardStep::Cut(7));
     assert_eq!(r.cut(), Some(7));
     assert_eq!(r.paused(0, 7).unwrap(), ReshardStep::Wait);
     assert!(r.paused(1, 8).is_err(), "a worker ran past the cut");
-    assert_eq!(r.paused(1, 7).unwrap(), ReshardStep::HandOver(7));
+    assert_eq!(r.paused(1, 7).unwrap(), ReshardStep::Wait);
+    // The worker whose first report was the cut still says when it is there.
+    assert_eq!(r.paused(2, 7).unwrap(), ReshardStep::HandOver(7));
     // Once only.
     assert_eq!(r.paused(1, 7).unwrap(), ReshardStep::Wait);
     assert_eq!(r.next().shards(), [0, 1, 2]);
 }
 
 #[test]
-fn workers_at_one_clock_hand_over_at_once_and_a_worker_that_ends_is_not_waited_for() {
+fn a_worker_that_ends_is_not_waited_for() {
     let p = Placement::new(&[0, 1]).unwrap();
     let mut r = Reshard::new(&p, &[1], [0, 1]).unwrap();
     assert_eq!(r.paused(0, 4).unwrap(), ReshardStep::Wait);
-    assert_eq!(r.paused(1, 4).unwrap(), ReshardStep::HandOver(4));
-    let mut r = Reshard::new(&p, &[1], [0, 1]).unwrap();
-    assert_eq!(r.paused(0, 4).unwrap(), ReshardStep::Wait);
-    assert_eq!(r.gone(1), ReshardStep::HandOver(4));
+    assert_eq!(r.gone(1), ReshardStep::Cut(4));
+    assert_eq!(r.paused(0, 4).unwrap(), ReshardStep::HandOver(4));
     assert_eq!(r.workers(), [0]);
     // Reports of workers not taking part change nothing.
     let mut r = Reshard::new(&p, &[1], [0]).unwrap();
     assert_eq!(r.paused(5, 9).unwrap(), ReshardStep::Wait);
-    assert_eq!(r.paused(0, 2).unwrap(), ReshardStep::HandOver(2));
+    assert_eq!(r.paused(0, 2).unwrap(), ReshardStep::Cut(2));
+    assert_eq!(
+        r.gone(0),
+        ReshardStep::Wait,
+        "no worker left: nothing to hand over for"
+    );
 }
 
 #[test]
-fn a_worker_reports_once_runs_to_the_cut_and_installs_the_placement() {
-    let p = Placement::new(&[0]).unwrap();
+fn a_worker_says_its_next_boundary_runs_to_the_cut_and_installs_the_placement() {
+    let p = Placement::new(&[0]).unwrap().with_shards(&[0, 1]).unwrap();
     let mut w = WorkerPause::default();
     assert_eq!(w.at_boundary(3), AtBoundary::Step);
-    w.ask();
-    assert!(w.active());
-    assert_eq!(w.at_boundary(3), AtBoundary::Report(3));
-    assert_eq!(w.at_boundary(3), AtBoundary::Wait);
-    w.cut(5);
-    assert_eq!(w.at_boundary(3), AtBoundary::Step);
+    assert_eq!(w.ask(1, 4), Some(4));
+    assert_eq!(w.ask(1, 4), None, "asked once per change");
+    assert_eq!(w.at_boundary(4), AtBoundary::Wait, "paused where it said");
+    w.cut(0, 9);
+    assert_eq!(
+        w.at_boundary(4),
+        AtBoundary::Wait,
+        "a cut of another change"
+    );
+    w.cut(1, 6);
     assert_eq!(w.at_boundary(4), AtBoundary::Step);
-    assert_eq!(w.at_boundary(5), AtBoundary::Report(5));
-    assert_eq!(w.at_boundary(5), AtBoundary::Wait);
-    w.resume(p.clone());
-    assert_eq!(w.at_boundary(5), AtBoundary::Install(p));
-    assert!(!w.active());
     assert_eq!(w.at_boundary(5), AtBoundary::Step);
-    // A worker already at the cut waits after its first report.
+    assert_eq!(w.at_boundary(6), AtBoundary::Report(6));
+    assert_eq!(w.at_boundary(6), AtBoundary::Wait);
+    w.resume(p.clone());
+    assert_eq!(w.at_boundary(6), AtBoundary::Install(p.clone()));
+    assert_eq!(w.at_boundary(7), AtBoundary::Step);
+    // Stale words of the installed epoch change nothing.
+    assert_eq!(w.ask(1, 8), None);
+    w.resume(p.clone());
+    assert_eq!(w.at_boundary(8), AtBoundary::Step);
+    // A worker at the cut when it learns it reports at once.
     let mut w = WorkerPause::default();
-    w.ask();
-    assert_eq!(w.at_boundary(5), AtBoundary::Report(5));
-    w.cut(5);
+    assert_eq!(w.ask(1, 5), Some(5));
     assert_eq!(w.at_boundary(5), AtBoundary::Wait);
+    w.cut(1, 5);
+    assert_eq!(w.at_boundary(5), AtBoundary::Report(5));
+    // The next change asked before the last placement was installed is kept.
+    let mut w = WorkerPause::default();
+    assert_eq!(w.ask(1, 2), Some(2));
+    w.cut(1, 2);
+    assert_eq!(w.at_boundary(2), AtBoundary::Report(2));
+    w.resume(p.clone());
+    assert_eq!(w.ask(2, 3), Some(3));
+    assert_eq!(w.at_boundary(2), AtBoundary::Install(p));
+    assert_eq!(w.at_boundary(2), AtBoundary::Step);
+    assert_eq!(w.at_boundary(3), AtBoundary::Wait);
 }
 
 mod sim {
@@ -248,13 +272,23 @@ mod sim {
             let current = self.clients[0].placement().clone();
             let workers = 0..self.clients.len() as u32;
             let mut r = Reshard::new(&current, after, workers.clone()).unwrap();
+            let mut pauses = vec![WorkerPause::default(); self.clients.len()];
             let mut step = ReshardStep::Wait;
             for w in workers.clone() {
-                let mut pause = WorkerPause::default();
-                pause.ask();
+                let at = self.clients[w as usize].current_clock();
+                // In lockstep every worker is at a boundary: it pauses at the one it is at.
+                let said = pauses[w as usize].ask(current.epoch() + 1, at).unwrap();
+                step = r.paused(w, said).unwrap();
+            }
+            let ReshardStep::Cut(cut) = step else {
+                panic!("every worker reported: {step:?}");
+            };
+            for w in workers.clone() {
+                let p = &mut pauses[w as usize];
+                p.cut(current.epoch() + 1, cut);
                 let clock = self.clients[w as usize].current_clock();
-                assert_eq!(pause.at_boundary(clock), AtBoundary::Report(clock));
-                step = r.paused(w, clock).unwrap();
+                assert_eq!(p.at_boundary(clock), AtBoundary::Report(cut));
+                step = r.paused(w, cut).unwrap();
             }
             let ReshardStep::HandOver(cut) = step else {
                 panic!("workers in lockstep hand over at once: {step:?}");
