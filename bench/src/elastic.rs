@@ -1,7 +1,8 @@
 //! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
 //! job (the scheduled Lasso and logistic regression with dynamic dealing; ps-lr and ps-mf,
 //! in `elastic_ps.rs`), each run once with a fixed membership and once with a standby worker joining and a worker leaving
-//! (`--plan`), on the same synthetic design: whether the final model is the same
+//! (`--plan`), and ps-lr (ps-mf too without `--quick`) once more with a standby shard
+//! joining and a shard leaving at the plan's times (`kind`: `workers` or `shards`), on the same synthetic design: whether the final model is the same
 //! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
 //! time each change cost (`seconds_lost_per_change` = (elastic - fixed) / changes), node
 //! processes left behind (`orphans`, with `--transport processes`) and runs that did not
@@ -58,6 +59,9 @@ const PLAN: &str = "at=1s add w2; at=2s remove w0";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AppFigures {
     pub app: String,
+    /// What joins and leaves: `workers`, or `shards` (ps-lr, ps-mf).
+    #[serde(default)]
+    pub kind: String,
     /// Joins and leaves the elastic run made.
     pub changes: u64,
     /// The final coefficients are the fixed run's bit for bit.
@@ -226,6 +230,7 @@ fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
     let (Some(fixed), Some(elastic)) = (fixed, elastic) else {
         return Ok(AppFigures {
             app: app.into(),
+            kind: "workers".into(),
             changes: 0,
             identical: None,
             within_tolerance: false,
@@ -251,6 +256,7 @@ fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
             .all(|(a, b)| a.to_bits() == b.to_bits());
     Ok(AppFigures {
         app: app.into(),
+        kind: "workers".into(),
         changes,
         identical: Some(identical),
         within_tolerance: diff <= 1e-6,
@@ -269,14 +275,18 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = ElasticBenchArgs { out, ..args };
-    let apps = ["lasso", "logistic", "ps-lr", "ps-mf"]
-        .into_iter()
-        .map(|app| match app {
-            "ps-lr" | "ps-mf" => crate::elastic_ps::compare(&args, app),
-            _ => compare(&args, app),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let keys = "app changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
+    let mut apps = Vec::new();
+    for app in ["lasso", "logistic"] {
+        apps.push(compare(&args, app)?);
+    }
+    let mut shards = Vec::new();
+    for app in ["ps-lr", "ps-mf"] {
+        let (workers, shard) = crate::elastic_ps::compare(&args, app)?;
+        apps.push(workers);
+        shards.extend(shard);
+    }
+    apps.extend(shards);
+    let keys = "app kind changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
                 seconds_lost_per_change orphans hangs rows";
     crate::common::json_table(&apps, keys).print();
     let fixed_membership = [

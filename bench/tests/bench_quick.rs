@@ -487,8 +487,16 @@ fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
             assert!(app.get(key).is_some(), "no {key} in {json}");
         }
     }
-    let names: Vec<&str> = f.apps.iter().map(|a| a.app.as_str()).collect();
-    assert_eq!(names, ["lasso", "logistic", "ps-lr", "ps-mf"]);
+    let names: Vec<(&str, &str)> = (f.apps.iter())
+        .map(|a| (a.app.as_str(), a.kind.as_str()))
+        .collect();
+    let workers = [
+        ("lasso", "workers"),
+        ("logistic", "workers"),
+        ("ps-lr", "workers"),
+    ];
+    let more = [("ps-mf", "workers"), ("ps-lr", "shards")];
+    assert_eq!(names, [&workers[..], &more[..]].concat());
     for app in &f.apps {
         assert_eq!((app.changes, app.hangs, app.orphans), (2, 0, 0), "{json}");
     }
