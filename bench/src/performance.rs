@@ -278,7 +278,7 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "elastic",
-        "STRADS Lasso and logistic regression, ps-lr and ps-mf with a worker joining and one leaving mid-run, against a fixed membership: same model (or within tolerance), time lost per change, orphans and hangs",
+        "STRADS Lasso and logistic regression, ps-lr and ps-mf with a worker joining and one leaving mid-run (ps-lr and ps-mf also a shard), against a fixed membership: same model (or within tolerance), time lost per change, orphans and hangs",
         "apps[].within_tolerance apps[].seconds_lost_per_change apps[].orphans apps[].hangs",
     ),
     (

@@ -232,7 +232,7 @@ impl MonitorCtx<'_> {
     /// Waits until every shard's min clock is at least `clock`.
     pub async fn wait_for_min_clock(&self, clock: u64) -> Result<(), PsError> {
         let live = self.live_shards();
-        shells::wait_for_min_clock_of(self.node, (self.layout, &live), clock).await
+        shells::wait_for_min_clock(self.node, (self.layout, &live), clock).await
     }
 
     fn stop_workers(&self, reason: &str) -> Result<(), PsError> {

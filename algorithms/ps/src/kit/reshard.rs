@@ -210,7 +210,7 @@ impl Coordinator {
         let (layout, next) = (&job.layout, r.next());
         let old = current.shards();
         // The workers' last batches of clock `cut - 1` may still be on their way.
-        shells::wait_for_min_clock_of(node, (layout, &old), cut).await?;
+        shells::wait_for_min_clock(node, (layout, &old), cut).await?;
         let query = ShardQuery::HandOver { next: next.clone() };
         let timeout = node.default_timeout();
         let given = shells::snapshot_of(node, (layout, &old), query, timeout).await?;

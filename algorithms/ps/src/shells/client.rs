@@ -1,3 +1,4 @@
+// Over 600 lines: the client handle is one API (reads, pushes, clocks, barriers, managed sending, shard changes) over one shared state.
 //! The client handle a worker's code calls ([`PsClient`]) and the inbox actor that feeds
 //! shard replies into its [`ClientCore`].
 

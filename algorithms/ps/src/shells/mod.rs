@@ -28,6 +28,6 @@ pub use messages::{
 pub(crate) use query::merge_snapshots;
 pub use query::{
     Shards, admit_everywhere, merge_tables, snapshot_all, snapshot_of, wait_for_all_left,
-    wait_for_min_clock, wait_for_min_clock_of, wait_for_shards, wait_for_shards_of, workers_joined,
+    wait_for_min_clock, wait_for_shards, wait_for_shards_of, workers_joined,
 };
 pub use shard::{OnCheckpoint, ServerShard, ShardHandle, start_shard, start_shard_core};

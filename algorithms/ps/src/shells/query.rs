@@ -112,13 +112,9 @@ async fn poll_shards(
     }
 }
 
-/// Waits (up to the request timeout) until every shard's min clock is at least `clock`.
-pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> Result<(), PsError> {
-    wait_for_min_clock_of(node, (layout, &all_shards(layout)), clock).await
-}
-
-/// [`wait_for_min_clock`] of the shards `shards`.
-pub async fn wait_for_min_clock_of(
+/// Waits (up to the request timeout) until the min clock of every shard of `shards` is at
+/// least `clock`.
+pub async fn wait_for_min_clock(
     node: &Node,
     shards: Shards<'_>,
     clock: u64,
