@@ -14,7 +14,9 @@ use crate::core::types::{Clock, WorkerId};
 use crate::error::PsError;
 use crate::kit::monitor::{MonitorReports, open_monitor};
 use crate::kit::{PsApp, PsJob, WorkerChange};
-use crate::shells::{self, PlacementNote, ShardQuery, ToClient, client_actor_name};
+use crate::shells::{
+    self, PlacementNote, ShardQuery, ToClient, client_actor_name, shard_actor_name,
+};
 
 /// The registry name of `A`'s coordinator of shard changes (on the monitor's node).
 pub(crate) fn coordinator_actor<A: PsApp>() -> String {
@@ -145,8 +147,12 @@ impl Coordinator {
                         joining: Some((0, Vec::new())),
                         tables: Vec::new(),
                     };
-                    let timeout = node.default_timeout();
-                    shells::snapshot_of(node, (&job.layout, &[s]), query, timeout).await?;
+                    // Told: the joiner stops at once, and an answer could be lost.
+                    let at = &job.layout.shard_nodes[s as usize];
+                    let shard = node.actor_at::<ShardQuery>(at, &shard_actor_name(s))?;
+                    if let Err(e) = shard.tell(query, Priority::HIGH) {
+                        tracing::warn!(shard = s, error = %e, "stop not sent");
+                    }
                 }
                 continue;
             }
@@ -238,6 +244,13 @@ impl Coordinator {
             let mut set = job.shard_set();
             set.placement = Some(next.clone());
             set.counts.push((cut, next.shards().len()));
+        }
+        for &s in old.iter().filter(|s| !next.has(**s)) {
+            let shard =
+                node.actor_at::<ShardQuery>(&layout.shard_nodes[s as usize], &shard_actor_name(s))?;
+            if let Err(e) = shard.tell(ShardQuery::Retire, Priority::HIGH) {
+                tracing::warn!(shard = s, error = %e, "retire not sent");
+            }
         }
         let placement = next.clone();
         tell_workers(node, job, &r.workers(), || ToClient::Resume {

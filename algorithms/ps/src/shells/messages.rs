@@ -131,12 +131,15 @@ pub enum ShardQuery {
         clock: Clock,
     },
     /// At a clock boundary: gives up the rows `next` places elsewhere (in the answer's
-    /// `tables`); a shard `next` leaves out also answers its last evaluation cuts and
-    /// stops ([`crate::core::shard::PsShardCore::hand_over`]).
+    /// `tables`); a shard `next` leaves out also answers its last evaluation cuts
+    /// ([`crate::core::shard::PsShardCore::hand_over`]).
     HandOver {
         /// The placement after the change.
         next: Placement,
     },
+    /// Stops a shard that handed every row over. Told, not asked: its node leaves at once,
+    /// and an answer could be lost on the way.
+    Retire,
     /// Takes rows handed over ([`crate::core::shard::PsShardCore::take_over`]); a shard that
     /// joins first takes `next` and the members at the cut.
     TakeOver {

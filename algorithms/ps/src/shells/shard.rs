@@ -198,11 +198,14 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
                     true => self.core.take_eval_cuts(),
                     false => Vec::new(),
                 };
-                if leaving {
+                (rows, None, cuts)
+            }
+            ShardQuery::Retire => {
+                if (self.core.placement()).is_some_and(|(me, p)| !p.has(*me)) {
                     tracing::info!(shard = self.shard, "ps shard handed its rows over; leaving");
                     let _ = self.events.send(ShardEvent::AllLeft);
                 }
-                (rows, None, cuts)
+                (Vec::new(), None, Vec::new())
             }
             ShardQuery::TakeOver {
                 next,
