@@ -593,6 +593,7 @@ impl PsClient {
                     return self.install_placement(p);
                 }
                 AtBoundary::Report(clock) => {
+                    self.flush_held().await?;
                     let note = PlacementNote::Paused {
                         worker: self.worker,
                         clock,
@@ -607,6 +608,24 @@ impl PsClient {
                 }
             }
         }
+    }
+
+    /// Sends the rows managed communication holds across clocks as early batches and waits
+    /// until their shards applied them: at a cut, before the rows move.
+    async fn flush_held(&self) -> Result<(), PsError> {
+        let batches = self.shared.borrow_mut().core.take_all_early();
+        let mut tickets = Vec::new();
+        for b in batches {
+            let (shard, seq) = (b.shard, b.batch.seq);
+            self.send(shard, ToShard::Batch(b))?;
+            let worker = WorkerId(self.worker);
+            self.send(shard, ToShard::Ack { worker })?;
+            tickets.push(PushTicket { shard, seq });
+        }
+        for t in &tickets {
+            self.wait_push(t).await?;
+        }
+        Ok(())
     }
 
     /// Tells every shard this worker is done (it stops holding back their min clocks).
