@@ -2,7 +2,8 @@
 //! (`petrel train ps-lr --standby-workers 1 --scale ...`), on threads and on processes
 //! (ps-lr also under ESSP): the figures of the fixed-membership run within the app's
 //! tolerance, the join and the leave in `metrics.json`, no node process left behind.
-//! Checkpoints refuse the flags.
+//! Checkpoints refuse the flags. ps-lr also survives a shard joining and a shard leaving
+//! (`--standby-shards 1`), on processes.
 
 use crate::common::{alive, children_of, failure, metrics, petrel_cmd};
 use std::path::Path;
@@ -183,6 +184,38 @@ fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]
             let what = format!("{app} {consistency} {transport}: {key} {e} against {f} fixed");
             assert!((e - f).abs() <= tolerance, "{what}");
         }
+    }
+}
+
+/// `shard-2` starts 300 ms after the cluster formed and takes its share of the rows;
+/// `shard-1` is asked to leave at 1.2 s and hands its rows over.
+const SHARD_PLAN: &str = "at=300ms add shard-2; at=1200ms remove shard-1";
+
+/// On processes: the threads path runs the same shells (the placement's unit tests take
+/// every consistency model through a join and a leave).
+#[test]
+fn ps_lr_survives_a_shard_joining_and_a_shard_leaving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, _) = train("ps-lr", &dir.path().join("fixed"), "memory", &[]);
+    let args = ["--standby-shards", "1", "--scale", SHARD_PLAN];
+    let (m, orphans) = train("ps-lr", &dir.path().join("elastic"), "processes", &args);
+    assert!(orphans.is_empty(), "orphans {orphans:?}");
+    let changes: Vec<(u64, String)> = (m["changes"].as_array().unwrap().iter())
+        .map(|c| (c["worker"].as_u64().unwrap(), c["change"].to_string()))
+        .collect();
+    let want = [(2, "\"shard joined\""), (1, "\"shard left\"")].map(|(s, c)| (s, c.to_string()));
+    assert_eq!(changes, want, "{m}");
+    let at: Vec<u64> = (m["changes"].as_array().unwrap().iter())
+        .map(|c| c["clock"].as_u64().unwrap())
+        .collect();
+    assert!(at[0] < at[1] && at[1] < 80, "hand-overs at clocks {at:?}");
+    assert_eq!(m["worker_clocks"], serde_json::json!([80, 80]), "{m}");
+    for &(key, tolerance) in tolerances("ps-lr") {
+        let (e, f) = (
+            m["final"][key].as_f64().unwrap(),
+            fixed["final"][key].as_f64().unwrap(),
+        );
+        assert!((e - f).abs() <= tolerance, "{key} {e} against {f} fixed");
     }
 }
 

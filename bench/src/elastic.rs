@@ -1,7 +1,10 @@
 //! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
-//! job (the scheduled Lasso and logistic regression with dynamic dealing; ps-lr, ps-mf and
-//! ps-lda, in `elastic_ps.rs`; P3's emulated model, in `elastic_p3.rs`), each run once with a fixed membership and once with a standby worker joining and a worker leaving
-//! (`--plan`), on the same synthetic design: whether the final model is the same
+//! job (the scheduled Lasso and logistic regression with dynamic dealing; strads-mf; ps-lr,
+//! ps-mf and ps-lda, in `elastic_ps.rs`; P3's emulated model, in `elastic_p3.rs`), each run
+//! once with a fixed membership and once with a standby worker joining and a worker leaving
+//! (`--plan`), and ps-lr (ps-mf too without `--quick`) once more with a standby shard
+//! joining and a shard leaving at the plan's times (`kind`: `workers` or `shards`), on the
+//! same synthetic design: whether the final model is the same
 //! (`identical`: bit for bit; `within_tolerance`: the objective to 1e-6 relative), the job
 //! time each change cost (`seconds_lost_per_change` = (elastic - fixed) / changes), node
 //! processes left behind (`orphans`, with `--transport processes`) and runs that did not
@@ -49,6 +52,9 @@ pub struct ElasticBenchArgs {
     /// How the nodes run.
     #[arg(long, value_enum, default_value_t = JobTransport::Processes)]
     pub transport: JobTransport,
+    /// The apps to run (default: every elastic app).
+    #[arg(long, value_delimiter = ',')]
+    pub apps: Vec<String>,
     /// A run not done after this long counts as a hang.
     #[arg(long, default_value_t = 600)]
     pub max_seconds: u64,
@@ -58,10 +64,24 @@ pub struct ElasticBenchArgs {
 
 const PLAN: &str = "at=1s add w2; at=2s remove w0";
 
+/// The built-in apps whose workers join and leave, in the bench's order.
+pub const ELASTIC_APPS: [&str; 7] = [
+    "lasso",
+    "logistic",
+    "strads-mf",
+    "ps-lr",
+    "ps-mf",
+    "ps-lda",
+    "p3",
+];
+
 /// One app, fixed membership against a join and a leave.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AppFigures {
     pub app: String,
+    /// What joins and leaves: `workers`, or `shards` (ps-lr, ps-mf).
+    #[serde(default)]
+    pub kind: String,
     /// Joins and leaves the elastic run made.
     pub changes: u64,
     /// The final coefficients are the fixed run's bit for bit.
@@ -297,6 +317,7 @@ fn timed(
     let (fixed_s, elastic_s) = runs;
     AppFigures {
         app: app.into(),
+        kind: "workers".into(),
         changes,
         identical: None,
         within_tolerance: false,
@@ -364,24 +385,29 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = ElasticBenchArgs { out, ..args };
-    let apps = [
-        "lasso",
-        "logistic",
-        "strads-mf",
-        "ps-lr",
-        "ps-mf",
-        "ps-lda",
-        "p3",
-    ]
-    .into_iter()
-    .map(|app| match app {
-        "ps-lr" | "ps-mf" | "ps-lda" => crate::elastic_ps::compare(&args, app),
-        "p3" => crate::elastic_p3::compare(&args),
-        "strads-mf" => compare_mf(&args),
-        _ => compare(&args, app),
-    })
-    .collect::<Result<Vec<_>, _>>()?;
-    let keys = "app changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
+    if let Some(unknown) = (args.apps.iter()).find(|a| !ELASTIC_APPS.contains(&a.as_str())) {
+        return Err(CliError::Usage(format!(
+            "--apps {unknown}: not an elastic app (one of {})",
+            ELASTIC_APPS.join(", ")
+        )));
+    }
+    let wants = |app: &str| args.apps.is_empty() || args.apps.iter().any(|a| a == app);
+    let mut apps = Vec::new();
+    let mut shards = Vec::new();
+    for app in ELASTIC_APPS.into_iter().filter(|a| wants(a)) {
+        match app {
+            "ps-lr" | "ps-mf" | "ps-lda" => {
+                let (workers, shard) = crate::elastic_ps::compare(&args, app)?;
+                apps.push(workers);
+                shards.extend(shard);
+            }
+            "strads-mf" => apps.push(compare_mf(&args)?),
+            "p3" => apps.push(crate::elastic_p3::compare(&args)?),
+            _ => apps.push(compare(&args, app)?),
+        }
+    }
+    apps.extend(shards);
+    let keys = "app kind changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
                 seconds_lost_per_change orphans hangs rows";
     crate::common::json_table(&apps, keys).print();
     let fixed_membership = ["lda", "lasso (gauss-seidel)", "logistic (gauss-seidel)"];

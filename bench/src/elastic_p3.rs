@@ -105,6 +105,7 @@ pub(crate) fn compare(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
     let same = identical == Some(true);
     Ok(AppFigures {
         app: "p3".into(),
+        kind: "workers".into(),
         changes,
         identical,
         within_tolerance: same,

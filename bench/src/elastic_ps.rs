@@ -126,39 +126,91 @@ fn run_app(
 /// A run on its own thread.
 type Runner = std::thread::JoinHandle<Result<String, CliError>>;
 
-/// `app` (ps-lr, ps-mf or ps-lda) with a fixed membership against a join and a leave.
-pub(crate) fn compare(args: &ElasticBenchArgs, app: &str) -> Result<AppFigures, CliError> {
+/// The bench's plan for the PS shards: the added node is the standby `shard-2`, the
+/// removed one `shard-1` (the bench runs two shards; `shard-0` also hosts the monitor).
+fn shard_plan(plan: &str) -> String {
+    let mut verb = "";
+    (plan.split(' '))
+        .map(|word| {
+            let target = match verb {
+                "add" => Some("shard-2"),
+                "remove" => Some("shard-1"),
+                _ => None,
+            };
+            verb = word;
+            match target {
+                Some(t) => format!("{t}{}", if word.ends_with(';') { ";" } else { "" }),
+                None => word.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `app` (ps-lr, ps-mf or ps-lda) with a fixed membership against a join and a leave of
+/// workers, and (ps-lr, and ps-mf without `--quick`) of shards, against the same fixed run.
+pub(crate) fn compare(
+    args: &ElasticBenchArgs,
+    app: &str,
+) -> Result<(AppFigures, Option<AppFigures>), CliError> {
     let dir = |run: &str| -> PathBuf { Path::new(&args.out).join(app).join(run) };
     let fixed = run_app(args, app, dir("fixed"), &[])?;
     let plan = ["--standby-workers", "1", "--scale", &ps_plan(&args.plan)].map(String::from);
-    let elastic = run_app(args, app, dir("elastic"), &plan)?;
+    let workers = figures(
+        args,
+        app,
+        "workers",
+        &fixed,
+        run_app(args, app, dir("elastic"), &plan)?,
+    );
+    // ps-lda keeps its shards (its app refuses shard changes).
+    let shards = match app == "ps-lr" || (app == "ps-mf" && !args.quick) {
+        true => {
+            let plan = ["--standby-shards", "1", "--scale", &shard_plan(&args.plan)];
+            let elastic = run_app(args, app, dir("shards"), &plan.map(String::from))?;
+            Some(figures(args, app, "shards", &fixed, elastic))
+        }
+        false => None,
+    };
+    Ok((workers, shards))
+}
+
+/// The figures of `app`'s `elastic` run (changes of `kind`) against its `fixed` one.
+fn figures(
+    args: &ElasticBenchArgs,
+    app: &str,
+    kind: &str,
+    fixed: &Option<serde_json::Value>,
+    elastic: Option<serde_json::Value>,
+) -> AppFigures {
     let (key, tolerance) = figure(app);
     let seconds = |m: &Option<serde_json::Value>| m.as_ref().and_then(|m| m["seconds"].as_f64());
     let value = |m: &Option<serde_json::Value>| m.as_ref().and_then(|m| m["final"][key].as_f64());
     let changes = (elastic.as_ref())
         .and_then(|m| m["changes"].as_array().map(|c| c.len() as u64))
         .unwrap_or(0);
-    let diff = match (value(&fixed), value(&elastic)) {
+    let diff = match (value(fixed), value(&elastic)) {
         (Some(f), Some(e)) => (e - f).abs(),
         _ => f64::NAN,
     };
     let (fixed_s, elastic_s) = (
-        seconds(&fixed).unwrap_or(f64::NAN),
+        seconds(fixed).unwrap_or(f64::NAN),
         seconds(&elastic).unwrap_or(f64::NAN),
     );
-    Ok(AppFigures {
+    AppFigures {
         app: app.into(),
+        kind: kind.into(),
         changes,
         identical: None,
         within_tolerance: diff <= tolerance,
-        objective_rel_diff: diff / value(&fixed).map_or(f64::NAN, f64::abs),
+        objective_rel_diff: diff / value(fixed).map_or(f64::NAN, f64::abs),
         fixed_s,
         elastic_s,
         seconds_lost_per_change: (elastic_s - fixed_s) / changes.max(1) as f64,
         orphans: orphans(args.transport),
         hangs: usize::from(fixed.is_none()) + usize::from(elastic.is_none()),
         rows: Vec::new(),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -168,5 +220,7 @@ mod tests {
         let plan = super::ps_plan("at=1s add w2; at=2s remove w0");
         assert_eq!(plan, "at=1s add worker-2; at=2s remove worker-0");
         assert_eq!(super::ps_plan("at=1s add worker"), "at=1s add worker");
+        let shards = super::shard_plan("at=1s add w2; at=2s remove w0");
+        assert_eq!(shards, "at=1s add shard-2; at=2s remove shard-1");
     }
 }

@@ -260,8 +260,9 @@ benches! {
     /// STRADS with one worker slowed 2x: static against dynamic dealing (by measured
     /// worker speed), time and final objective side by side.
     Balance(balance::BalanceBenchArgs),
-    /// STRADS Lasso and logistic regression with a worker joining and one leaving mid-run
-    /// against a fixed membership: same model, time lost per change, orphans, hangs.
+    /// STRADS Lasso and logistic regression, ps-lr and ps-mf with a worker joining and one
+    /// leaving mid-run (ps-lr and ps-mf also a shard) against a fixed membership: same
+    /// model, time lost per change, orphans, hangs.
     Elastic(elastic::ElasticBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
     Mf(mf::StradsMfBenchArgs),

@@ -104,6 +104,15 @@ pub enum PsError {
         #[source]
         source: AskError,
     },
+    /// A shard could not tell the coordinator of shard changes that it joins or leaves.
+    #[error("shard {shard}: tell the coordinator of shard changes")]
+    Placement {
+        /// The shard.
+        shard: u32,
+        /// The failed send.
+        #[source]
+        source: AskError,
+    },
     /// A checkpoint's piece could not be reported to the monitor.
     #[error("{what}: report to the monitor")]
     Checkpoint {

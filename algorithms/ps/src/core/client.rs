@@ -14,11 +14,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::core::error::PsCoreError;
 use crate::core::managed::relative_change;
+use crate::core::placement::Placement;
 use crate::core::shard::ShardAction;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{
     Clock, ReadRequest, Row, RowId, RowUpdate, ShardBatch, SharedRow, TableId, TableKind,
-    TableSpec, UpdateBatch, WorkerId, shard_of,
+    TableSpec, UpdateBatch, WorkerId,
 };
 
 /// A cached row with more unacknowledged own deltas than this is evicted (bounds memory).
@@ -78,6 +79,8 @@ pub(crate) struct OplogEntry {
 pub struct ClientCore {
     worker: WorkerId,
     n_shards: u32,
+    /// Which shard owns each row now (changed at a clock boundary, `install_placement`).
+    placement: Placement,
     tables: HashMap<TableId, TableSpec>,
     clock: Clock,
     cache: HashMap<(TableId, RowId), CachedRow>,
@@ -124,9 +127,11 @@ impl ClientCore {
                 return Err(PsCoreError::DuplicateTable(id));
             }
         }
+        let all: Vec<u32> = (0..n_shards).collect();
         Ok(ClientCore {
             worker,
             n_shards,
+            placement: Placement::new(&all)?,
             tables: map,
             clock: 0,
             cache: HashMap::new(),
@@ -186,7 +191,7 @@ impl ClientCore {
     /// Records, for a read at the current clock of a copy holding `writers`' clocks, how
     /// many clocks of each other writer's updates it lacks (nothing while unknown).
     fn record_content(&mut self, table: TableId, row: RowId, writers: &[Clock]) {
-        let shard = shard_of(table, row, self.n_shards);
+        let shard = self.placement.shard_of(table, row);
         let pushed = (self.push_writers.get(&(table, shard))).map_or(&[][..], |v| v);
         let n = writers.len().max(pushed.len());
         if n == 0 {
@@ -246,7 +251,7 @@ impl ClientCore {
         self.outstanding
             .insert((table, row), (request_id, min_clock));
         ReadRequest {
-            shard: shard_of(table, row, self.n_shards),
+            shard: self.placement.shard_of(table, row),
             worker: self.worker,
             request_id,
             table,
@@ -263,9 +268,9 @@ impl ClientCore {
             .keys()
             .min()
             .ok_or_else(|| PsCoreError::InvalidConfig("no tables".into()))?;
-        let row = (0..u64::from(self.n_shards) * 64 + 1024)
+        let row = (0..u64::from(self.placement.partitions()) * 64 + 1024)
             .map(RowId)
-            .find(|&r| shard_of(table, r, self.n_shards) == shard)
+            .find(|&r| self.placement.shard_of(table, r) == shard)
             .ok_or_else(|| PsCoreError::InvalidConfig(format!("no row maps to shard {shard}")))?;
         let request_id = self.next_request;
         self.next_request += 1;
@@ -302,7 +307,7 @@ impl ClientCore {
             .table(table)?
             .consistency
             .required_row_clock(self.clock);
-        let shard = shard_of(table, row, self.n_shards);
+        let shard = self.placement.shard_of(table, row);
         Ok(required.is_some_and(|r| r > self.seen_min_clock(shard)))
     }
 
@@ -322,7 +327,7 @@ impl ClientCore {
     fn effective_clock(&self, table: TableId, row: RowId, e: &CachedRow) -> Clock {
         let pushed = self
             .push_clock
-            .get(&(table, shard_of(table, row, self.n_shards)))
+            .get(&(table, self.placement.shard_of(table, row)))
             .copied()
             .unwrap_or(0);
         e.clock.max(pushed)
@@ -583,13 +588,15 @@ impl ClientCore {
         all_shards: bool,
     ) -> Vec<ShardBatch> {
         let mut per_shard: BTreeMap<u32, Vec<RowUpdate>> = if all_shards {
-            (0..self.n_shards).map(|s| (s, Vec::new())).collect()
+            (self.placement.shards().into_iter())
+                .map(|s| (s, Vec::new()))
+                .collect()
         } else {
             BTreeMap::new()
         };
         for ((table, row), delta) in rows {
             per_shard
-                .entry(shard_of(table, row, self.n_shards))
+                .entry(self.placement.shard_of(table, row))
                 .or_default()
                 .push(RowUpdate {
                     table,
@@ -640,7 +647,15 @@ impl ClientCore {
                 ack_seq,
                 ..
             } => {
-                self.check_origin(from_shard, table, row)?;
+                if self.moved_away(from_shard, table, row)? {
+                    // Sent before its shard handed the row over: ask the new owner.
+                    if (self.outstanding.get(&(table, row)))
+                        .is_some_and(|&(id, _)| id == request_id)
+                    {
+                        self.outstanding.remove(&(table, row));
+                    }
+                    return Ok(());
+                }
                 raise(&mut self.acked, from_shard, ack_seq);
                 raise(&mut self.seen_min, from_shard, row_clock);
                 if let Some(done) = self.syncs.get_mut(&request_id) {
@@ -663,13 +678,12 @@ impl ClientCore {
                 ack_seq,
                 ..
             } => {
-                for (row, _) in &rows {
-                    self.check_origin(from_shard, table, *row)?;
-                }
                 raise(&mut self.acked, from_shard, ack_seq);
                 raise(&mut self.seen_min, from_shard, clock);
                 for (row, data) in rows {
-                    self.install(table, row, data, clock, ack_seq, false)?;
+                    if !self.moved_away(from_shard, table, row)? {
+                        self.install(table, row, data, clock, ack_seq, false)?;
+                    }
                 }
                 // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
                 if self.table(table)?.consistency.is_essp() {
@@ -684,8 +698,8 @@ impl ClientCore {
                 ..
             } => {
                 match row {
+                    Some(row) if self.moved_away(from_shard, table, row)? => {}
                     Some(row) => {
-                        self.check_origin(from_shard, table, row)?;
                         if let Some(e) = self.cache.get_mut(&(table, row)) {
                             e.writers = writer_clocks;
                         }
@@ -709,13 +723,42 @@ impl ClientCore {
         }
     }
 
-    fn check_origin(&self, shard: u32, table: TableId, row: RowId) -> Result<(), PsCoreError> {
+    /// Whether `shard` sent `row` of `table` before it handed the row over (after a
+    /// placement change); a row that never lived there is an error.
+    fn moved_away(&self, shard: u32, table: TableId, row: RowId) -> Result<bool, PsCoreError> {
         self.table(table)?;
-        if shard_of(table, row, self.n_shards) != shard {
+        if self.placement.shard_of(table, row) == shard {
+            return Ok(false);
+        }
+        if self.placement.epoch() > 0 {
+            return Ok(true);
+        }
+        Err(PsCoreError::InvalidConfig(format!(
+            "row {row:?} of table {table:?} does not live on shard {shard}"
+        )))
+    }
+
+    /// The placement rows are sent by now.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// Takes a new placement at a clock boundary (the oplog flushed): the cached copies and
+    /// reads in flight of rows that moved are dropped, so the next read asks their new
+    /// owner (and subscribes there under ESSP). A placement of an older epoch is refused.
+    pub fn install_placement(&mut self, next: Placement) -> Result<(), PsCoreError> {
+        if self.has_oplog() || next.epoch() < self.placement.epoch() {
             return Err(PsCoreError::InvalidConfig(format!(
-                "row {row:?} of table {table:?} does not live on shard {shard}"
+                "placement epoch {} taken with unflushed updates or after epoch {}",
+                next.epoch(),
+                self.placement.epoch()
             )));
         }
+        let (old, new) = (&self.placement, &next);
+        let moved = |&(t, r): &(TableId, RowId)| old.shard_of(t, r) != new.shard_of(t, r);
+        self.cache.retain(|k, _| !moved(k));
+        self.outstanding.retain(|k, _| !moved(k));
+        self.placement = next;
         Ok(())
     }
 

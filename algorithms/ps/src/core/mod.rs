@@ -23,6 +23,7 @@ pub mod error;
 pub mod lda;
 pub mod managed;
 pub mod membership;
+pub mod placement;
 pub mod rules;
 pub mod server_push;
 pub mod shard;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::delay::UpdateDelay;
 use crate::core::error::PsCoreError;
 use crate::core::managed::{Candidate, relative_change};
+use crate::core::placement::Placement;
 use crate::core::rules::{RuleRegistry, UpdateRule};
 use crate::core::server_push::{PushPending, ServerPush, ServerPushConfig, ServerPushStats};
 use crate::core::types::{
@@ -196,6 +197,9 @@ pub struct PsShardCore {
     cuts: ClockCuts,
     /// Managed communication from server to clients, when enabled.
     push: Option<ServerPush>,
+    /// With shards that join and leave: this shard's id and the placement in force; it
+    /// refuses updates and reads of rows it does not own.
+    placement: Option<(u32, Placement)>,
 }
 
 /// The rows of every table as of one clock boundary.
@@ -319,6 +323,7 @@ impl PsShardCore {
             next_stamp: 1,
             cuts: ClockCuts::default(),
             push: None,
+            placement: None,
         })
     }
 
@@ -512,6 +517,7 @@ impl PsShardCore {
                 .get(&u.table)
                 .ok_or(PsCoreError::UnknownTable(u.table))?;
             t.spec.check_delta(u.row, &u.delta)?;
+            self.check_owner(u.table, u.row)?;
         }
         self.open_cuts_up_to(clock);
         for u in &batch.updates {
@@ -614,6 +620,9 @@ impl PsShardCore {
 
     fn read(&mut self, r: &ReadRequest, sync: bool) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(r.worker)?;
+        if !sync {
+            self.check_owner(r.table, r.row)?;
+        }
         let pushing = self.push.is_some();
         let t = self.table_mut(r.table)?;
         let consistency = t.spec.consistency;
@@ -814,6 +823,122 @@ impl PsShardCore {
             t.subs.retain(|_, s| !s.is_empty());
         }
         Ok(self.recompute_min())
+    }
+
+    /// Refuses a row this shard does not own under its placement (never sent by a client
+    /// that follows the protocol: updates and reads go to a row's owner at their epoch).
+    fn check_owner(&self, table: TableId, row: RowId) -> Result<(), PsCoreError> {
+        match &self.placement {
+            Some((me, p)) if p.shard_of(table, row) != *me => {
+                Err(PsCoreError::InvalidConfig(format!(
+                    "row {row:?} of table {table:?} is not on shard {me} at placement epoch {}",
+                    p.epoch()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes this shard `me` under `placement` (a job whose shards join and leave). A shard
+    /// that joins takes the workers `members` at clock `cut` (the others absent), its
+    /// rows coming by [`Self::take_over`]; a starting one keeps its clock table.
+    pub fn set_placement(
+        &mut self,
+        me: u32,
+        placement: Placement,
+        joining: Option<(Clock, &[WorkerId])>,
+    ) -> Result<(), PsCoreError> {
+        if let Some((cut, members)) = joining {
+            for (i, w) in self.workers.iter_mut().enumerate() {
+                let member = members.contains(&WorkerId(i as u32));
+                w.presence = if member {
+                    Presence::Member
+                } else {
+                    Presence::Absent
+                };
+                w.clock = cut;
+            }
+            self.min_clock = cut;
+            self.reset_cuts();
+        }
+        self.placement = Some((me, placement));
+        Ok(())
+    }
+
+    /// This shard's id and placement, when its job's shards join and leave.
+    pub fn placement(&self) -> Option<&(u32, Placement)> {
+        self.placement.as_ref()
+    }
+
+    /// Hands over the rows `next` places elsewhere, at a clock boundary: every member has
+    /// completed the min clock and sent nothing since, and no update is held back. The
+    /// rows leave this shard with their subscriptions and the reads waiting for them (the
+    /// readers drop their copies and ask the new owner); returns them by table.
+    pub fn hand_over(&mut self, next: Placement) -> Result<Vec<TableSnapshot>, PsCoreError> {
+        let Some((me, _)) = self.placement.take() else {
+            return Err(PsCoreError::InvalidConfig(
+                "hand-over on a shard without a placement".into(),
+            ));
+        };
+        let min = self.min_clock;
+        let busy = (self.workers.iter()).any(|w| w.presence == Presence::Member && w.clock != min);
+        let held = (self.tables.values()).any(|t| t.held_clocks.values().any(|q| !q.is_empty()));
+        if busy || held || !self.cuts.open.is_empty() {
+            self.placement = Some((me, next));
+            return Err(PsCoreError::InvalidConfig(format!(
+                "shard {me}: hand-over at min clock {min} off a clock boundary"
+            )));
+        }
+        let gone = |t: TableId, r: RowId| next.shard_of(t, r) != me;
+        for reads in self.pending.values_mut() {
+            reads.retain(|r| !gone(r.table, r.row));
+        }
+        self.pending.retain(|_, v| !v.is_empty());
+        let mut out = Vec::new();
+        for (&table, t) in self.tables.iter_mut() {
+            let moved: Vec<RowId> = t.rows.keys().copied().filter(|&r| gone(table, r)).collect();
+            let rows = moved
+                .iter()
+                .filter_map(|r| t.rows.remove(r).map(|s| (*r, s.data)));
+            let rows: Vec<(RowId, Row)> = rows.map(|(r, d)| (r, d.into_row())).collect();
+            t.subs.retain(|&r, _| !gone(table, r));
+            t.dirty.retain(|&r| !gone(table, r));
+            t.changed.retain(|&r, _| !gone(table, r));
+            let subs = &t.subs;
+            t.sub_workers
+                .retain(|w| subs.values().any(|s| s.contains_key(w)));
+            let mut snap = TableSnapshot { table, rows };
+            snap.rows.sort_by_key(|r| r.0);
+            out.push(snap);
+        }
+        self.placement = Some((me, next));
+        Ok(out)
+    }
+
+    /// Takes the rows another shard handed over (each must be placed here and not held yet:
+    /// a row is never applied twice).
+    pub fn take_over(&mut self, tables: Vec<TableSnapshot>) -> Result<(), PsCoreError> {
+        for snap in tables {
+            for (row, _) in &snap.rows {
+                self.check_owner(snap.table, *row)?;
+            }
+            let stamp = self.next_stamp;
+            self.next_stamp += 1;
+            let t = self.table_mut(snap.table)?;
+            for (row, data) in snap.rows {
+                t.spec.check_delta(row, &data)?;
+                if t.rows.contains_key(&row) {
+                    return Err(PsCoreError::InvalidConfig(format!(
+                        "row {row:?} of table {:?} handed over twice",
+                        snap.table
+                    )));
+                }
+                let mut stored = StoredRow::new(data);
+                stored.stamp = stamp;
+                t.rows.insert(row, stored);
+            }
+        }
+        Ok(())
     }
 
     fn reply(&mut self, r: &ReadRequest) -> ShardAction {

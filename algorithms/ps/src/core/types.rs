@@ -589,9 +589,12 @@ impl TryFrom<RowWire<'_>> for Row {
 /// Row placement: which of `n_shards` (0 counts as 1) owns `(table, row)`. A deterministic
 /// SplitMix64 hash, so every process agrees and row 0 of every table is not on one shard.
 pub fn shard_of(table: TableId, row: RowId, n_shards: u32) -> u32 {
-    let n = u64::from(n_shards.max(1));
-    let z = row.0 ^ u64::from(table.0).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
-    (mix64(z) % n) as u32
+    (row_hash(table, row) % u64::from(n_shards.max(1))) as u32
+}
+
+/// The hash [`shard_of`] and [`crate::core::placement::Placement`] place `(table, row)` by.
+pub fn row_hash(table: TableId, row: RowId) -> u64 {
+    mix64(row.0 ^ u64::from(table.0).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15)
 }
 
 /// SplitMix64's finalizer: every bit of `z` spread over the whole word.

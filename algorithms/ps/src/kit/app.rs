@@ -92,6 +92,9 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     /// plan): its workers take their data by rank among the current ones
     /// ([`WorkerCtx::current_workers`](crate::kit::WorkerCtx::current_workers)).
     const ELASTIC: bool = false;
+    /// Whether shards may join and leave a running job (their rows migrate at a clock
+    /// boundary); only with [`Self::ELASTIC`].
+    const ELASTIC_SHARDS: bool = false;
 
     /// Checks the settings' values before any node starts (the error names the key).
     fn validate_config(cfg: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {

@@ -80,9 +80,8 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
             }
         }
         let t = ctx.elapsed_s();
-        let n_shards = ctx.layout.n_shards() as usize;
         while let Some(entry) = self.pending.first_entry() {
-            if entry.get().len() < n_shards {
+            if entry.get().len() < ctx.shards_at(*entry.key()) {
                 break;
             }
             let (clock, parts) = entry.remove_entry();

@@ -1,17 +1,23 @@
 //! A job ([`PsJob`]): the app, where its pieces run, and its result; the roles that run it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use petrel_actors::settings::OnNodeDeath;
 use petrel_actors::{Cluster, NodeContext, Settings};
+use petrel_messages::Priority;
 
 use crate::core::checkpoint::Piece;
+use crate::core::placement::Placement;
 use crate::core::shard::{PsShardCore, not_checkpointable};
 use crate::core::types::WorkerId;
 use crate::error::PsError;
+use crate::kit::reshard::{ShardSet, coordinator_actor};
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
-use crate::shells::{self, PsLayout};
+use crate::shells::{self, PlacementNote, PsLayout};
+
+/// How long a shard waits for the coordinator to take one of its notes.
+const NOTE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How long workers and the monitor wait for every shard to answer at start-up.
 pub(crate) const SHARDS_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,6 +36,10 @@ pub struct PsJob<A: PsApp> {
     pub checkpointing: Option<PsCheckpointing>,
     /// Workers of standby nodes: absent until they join.
     pub standby: Vec<u32>,
+    /// Shards of standby nodes: they take rows when they join.
+    pub standby_shards: Vec<u32>,
+    /// The shard set as this process knows it (a placement when shards join and leave).
+    shards: Mutex<ShardSet>,
     /// The checkpoint it resumes from, once loaded.
     pub(crate) resumed: Mutex<Option<Arc<crate::checkpoint::JobCheckpoint>>>,
     /// Filled by the monitor when the run ends (in-process callers read it).
@@ -72,12 +82,25 @@ impl<A: PsApp> PsJob<A> {
         };
         check_membership::<A>(settings, &cfg)?;
         let checkpointing = A::checkpointing(&cfg)?;
+        let is_standby =
+            |name: &String| settings.nodes.iter().any(|n| n.standby && &n.name == name);
         let standby = (0..layout.n_workers())
-            .filter(|&w| {
-                let name = &layout.worker_nodes[w as usize];
-                settings.nodes.iter().any(|n| n.standby && &n.name == name)
-            })
+            .filter(|&w| is_standby(&layout.worker_nodes[w as usize]))
             .collect();
+        let standby_shards: Vec<u32> = (0..layout.n_shards())
+            .filter(|&s| is_standby(&layout.shard_nodes[s as usize]))
+            .collect();
+        let starting: Vec<u32> = (0..layout.n_shards())
+            .filter(|s| !standby_shards.contains(s))
+            .collect();
+        let shards = ShardSet {
+            placement: match A::ELASTIC && settings.allows_membership_changes() {
+                true => Some(Placement::new(&starting)?),
+                false => None,
+            },
+            starting: starting.len(),
+            ..ShardSet::default()
+        };
         let app = A::new(cfg, &layout)?;
         if checkpointing.as_ref().is_some_and(|c| c.every > 0)
             && let Some(reason) = not_checkpointable(&app.tables())
@@ -94,6 +117,8 @@ impl<A: PsApp> PsJob<A> {
             roles,
             checkpointing,
             standby,
+            standby_shards,
+            shards: Mutex::new(shards),
             resumed: Mutex::new(None),
             result: Mutex::new(None),
         })
@@ -107,6 +132,23 @@ impl<A: PsApp> PsJob<A> {
             .ok()
             .and_then(|mut slot| slot.take())
             .ok_or(PsError::NoResult { app: A::NAME })
+    }
+
+    /// The shard set as this process knows it.
+    pub(crate) fn shard_set(&self) -> MutexGuard<'_, ShardSet> {
+        // A poisoned lock means a role panicked; the set itself is still whole.
+        self.shards
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn shard_set_lock(&self) -> &Mutex<ShardSet> {
+        &self.shards
+    }
+
+    /// The shards serving now (every one of the layout's unless shards join and leave).
+    pub fn live_shards(&self) -> Vec<u32> {
+        self.shard_set().live(self.layout.n_shards())
     }
 
     pub(crate) fn set_result(&self, output: A::Output) {
@@ -128,8 +170,17 @@ pub fn check_membership<A: PsApp>(settings: &Settings, cfg: &A::Config) -> Resul
         "on_node_death = \"leave\": a dead worker never drains its clock, so the job would wait for it; workers join and leave by standby nodes and a scale plan"
     } else if !A::ELASTIC {
         "its workers are fixed at the start: standby workers and a scale plan are for ps-mf, ps-lr and ps-lda"
+    } else if !A::ELASTIC_SHARDS && shards_change::<A>(settings)? {
+        "its shards are fixed at the start: standby shards and a plan that removes one are for ps-mf and ps-lr"
     } else if A::checkpointing(cfg)?.is_some_and(|c| c.every > 0) {
         "checkpoints and workers that join or leave do not mix: set checkpoint_every = 0"
+    } else if shards_change::<A>(settings)?
+        && settings
+            .nodes
+            .iter()
+            .any(|n| n.standby && has_role::<A>(n, false))
+    {
+        "shards that join or leave and workers that join do not mix: a joiner is admitted by the shards of the moment"
     } else {
         return Ok(());
     };
@@ -139,13 +190,34 @@ pub fn check_membership<A: PsApp>(settings: &Settings, cfg: &A::Config) -> Resul
     })
 }
 
+/// Whether `node` carries `A`'s shard role (`shard`) or worker role.
+fn has_role<A: PsApp>(node: &petrel_actors::settings::NodeSpec, shard: bool) -> bool {
+    let roles = [A::BUILTIN_ROLES, crate::kit::PsRoles::GENERIC];
+    let name = |r: &PsRoles| if shard { r.shard } else { r.worker };
+    node.roles
+        .iter()
+        .any(|x| roles.iter().any(|r| name(r) == x))
+}
+
+/// Whether shards may join (standby shard nodes) or leave (the scale plan removes one).
+fn shards_change<A: PsApp>(settings: &Settings) -> Result<bool, PsError> {
+    let plan = settings.scale_plan()?;
+    let removed = |name: &str| {
+        (plan.steps.iter())
+            .any(|s| s.change == petrel_actors::scale::ScaleChange::Remove(name.into()))
+    };
+    Ok((settings.nodes.iter()).any(|n| has_role::<A>(n, true) && (n.standby || removed(&n.name))))
+}
+
 /// The shard role: serves this node's shards until every worker left.
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
     let server_push = job.app.server_push();
     let resumed = job.resumed()?;
     let (tables, rules, n_workers) = (job.app.tables(), job.app.rules(), job.layout.n_workers());
+    let placement = job.shard_set().placement.clone();
+    let mine = job.layout.shards_on(&ctx.spec.name);
     let mut handles = Vec::new();
-    for s in job.layout.shards_on(&ctx.spec.name) {
+    for &s in &mine {
         let mut core = match &resumed {
             Some(ck) => PsShardCore::restore(
                 n_workers,
@@ -162,6 +234,12 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
         let absent: Vec<WorkerId> = job.standby.iter().map(|&w| WorkerId(w)).collect();
         core.set_absent(&absent)?;
         core.enable_eval_cuts(job.app.eval_every());
+        // A joining shard takes its placement with its rows.
+        if let Some(p) = &placement
+            && !job.standby_shards.contains(&s)
+        {
+            core.set_placement(s, p.clone(), None)?;
+        }
         let mut on_checkpoint: Option<shells::OnCheckpoint> = None;
         if let Some((dir, every)) = job.writing() {
             core.enable_checkpoints(every)?;
@@ -182,10 +260,63 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             on_checkpoint,
         )?);
     }
-    for r in futures::future::join_all(handles.into_iter().map(|h| h.wait())).await {
+    let served = futures::future::join_all(handles.into_iter().map(|h| h.wait()));
+    let results = match placement {
+        Some(_) => serve_elastic::<A, _>(&ctx, &job, &mine, served).await?,
+        None => served.await,
+    };
+    for r in results {
         r?;
     }
+    if ctx.node.is_leave_requested() {
+        tracing::info!(node = %ctx.spec.name, "ps shards handed over; leaving");
+        ctx.node.leave_when_done();
+    }
     Ok(())
+}
+
+/// Serves shards that may join and leave: a joining one announces itself to the
+/// coordinator, and once the node is asked to leave each waits to hand its rows over.
+async fn serve_elastic<A: PsApp, F: std::future::Future>(
+    ctx: &NodeContext,
+    job: &PsJob<A>,
+    mine: &[u32],
+    served: F,
+) -> Result<F::Output, PsError> {
+    let to = coordinator_actor::<A>();
+    // Asked until answered, resolved each time: the coordinator opens with the monitor,
+    // which may start later (its node builds the job first), or on this node.
+    let tell = async |note: PlacementNote, shard: u32| -> Result<(), PsError> {
+        let deadline = tokio::time::Instant::now() + SHARDS_READY_TIMEOUT;
+        loop {
+            let coordinator = ctx.node.actor_at::<PlacementNote>(&job.monitor_node, &to)?;
+            match coordinator
+                .ask(note.clone(), Priority::HIGH, NOTE_TIMEOUT)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(source) if tokio::time::Instant::now() >= deadline => {
+                    return Err(PsError::Placement { shard, source });
+                }
+                Err(e) => tracing::debug!(shard, error = %e, "coordinator not there yet"),
+            }
+            tokio::time::sleep(NOTE_TIMEOUT / 5).await;
+        }
+    };
+    for &shard in mine.iter().filter(|s| job.standby_shards.contains(s)) {
+        tell(PlacementNote::ShardJoined { shard }, shard).await?;
+    }
+    let served = std::pin::pin!(served);
+    let leave = std::pin::pin!(ctx.node.leave_requested());
+    match futures::future::select(served, leave).await {
+        futures::future::Either::Left((done, _)) => Ok(done),
+        futures::future::Either::Right(((), served)) => {
+            for &shard in mine {
+                tell(PlacementNote::ShardLeaving { shard }, shard).await?;
+            }
+            Ok(served.await)
+        }
+    }
 }
 
 /// Registers the shard, worker and monitor roles of `job` (named by `job.roles`).
@@ -277,5 +408,26 @@ mod tests {
         // ps-lda takes them (its documents follow the members), without checkpoints.
         let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
         assert!(lda.is_ok(), "{lda:?}");
+        // Shards that join, alone and with a worker that joins.
+        let shards = |standby_worker: bool| {
+            let mut topo =
+                local_topology("t", 1, 2, Transport::Memory).standby_node("shard-1", &["ps-shard"]);
+            if standby_worker {
+                topo = topo.standby_node("worker-2", &["ps-worker"]);
+            }
+            let cfg = PsLrSettings {
+                checkpoint_every: 0,
+                ..PsLrSettings::default()
+            };
+            (topo.build().unwrap(), cfg)
+        };
+        assert_eq!(reason(shards(false)), None, "a standby shard");
+        refused(
+            shards(true),
+            "shards that join or leave and workers that join",
+        );
+        let (s, _) = shards(false);
+        let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
+        assert!(lda.is_err_and(|e| e.to_string().contains("shards are fixed at the start")));
     }
 }

@@ -106,20 +106,31 @@ pub struct PsTrainArgs<C: clap::Args> {
     /// started (by `--scale`). With `--checkpoint-every 0`.
     #[arg(long, default_value_t = 0)]
     pub standby_workers: usize,
+    /// Extra shard nodes marked standby: each joins when started (by `--scale`) and takes
+    /// its share of the rows at a clock boundary. Only ps-mf and ps-lr, with
+    /// `--checkpoint-every 0` and no standby workers.
+    #[arg(long, default_value_t = 0)]
+    pub standby_shards: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker; at=4s remove
-    /// worker-0`: the standby workers start and members drain and leave at those times.
+    /// worker-0` or `at=1s add shard-2; at=2s remove shard-1`: the standby nodes start
+    /// and members drain and leave at those times.
     #[arg(long, value_name = "PLAN")]
     pub scale: Option<String>,
 }
 
 impl<C: clap::Args> PsTrainArgs<C> {
     /// The cluster of `petrel train <app>` ([`local_topology_with`] with `roles`), its
-    /// standby workers `worker-<workers>..` and scale plan.
+    /// standby workers `worker-<workers>..`, standby shards `shard-<shards>..` and scale
+    /// plan.
     pub fn topology(&self, roles: PsRoles, name: &str, transport: Transport) -> Topology {
         let mut topo = local_topology_with(roles, name, self.shards, self.workers, transport);
         let first = self.workers.max(1);
         for w in first..first + self.standby_workers {
             topo = topo.standby_node(&format!("worker-{w}"), &[roles.worker]);
+        }
+        let first = self.shards.max(1);
+        for s in first..first + self.standby_shards {
+            topo = topo.standby_node(&format!("shard-{s}"), &[roles.shard]);
         }
         let scale = self.scale.clone();
         topo.with(move |s| s.cluster.scale = scale)

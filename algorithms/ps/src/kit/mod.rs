@@ -22,6 +22,7 @@ mod eval;
 mod job;
 mod local;
 mod monitor;
+mod reshard;
 pub mod settings;
 mod values;
 mod worker;

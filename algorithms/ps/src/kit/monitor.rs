@@ -19,6 +19,7 @@ use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
 use crate::kit::checkpoints::{self, MonitorPiece};
 use crate::kit::job::SHARDS_READY_TIMEOUT;
+use crate::kit::reshard::{Coordinator, ShardSet};
 use crate::kit::{MonitorState, PsApp, PsJob, PsSaved, decode, encode};
 use crate::shells::{
     self, PsClient, PsLayout, ShardQuery, ShardState, ToClient, client_actor_name,
@@ -158,6 +159,8 @@ pub struct MonitorCtx<'a> {
     offset_s: f64,
     /// Whether workers may join and leave the job.
     elastic: bool,
+    /// The shard set (current shards, their counts by clock, the cuts of departed ones).
+    shards: &'a std::sync::Mutex<ShardSet>,
 }
 
 impl MonitorCtx<'_> {
@@ -188,10 +191,36 @@ impl MonitorCtx<'_> {
         self.query(ShardQuery::Snapshot).await
     }
 
-    /// Every shard's answer to `query`, in shard order.
+    /// Every current shard's answer to `query`, in shard order.
     async fn query(&self, query: ShardQuery) -> Result<Vec<ShardState>, PsError> {
         let timeout = self.node.default_timeout();
-        shells::snapshot_all(self.node, self.layout, query, timeout).await
+        let live = self.live_shards();
+        shells::snapshot_of(self.node, (self.layout, &live), query, timeout).await
+    }
+
+    fn shard_set(&self) -> std::sync::MutexGuard<'_, ShardSet> {
+        // A poisoned lock means a role panicked; the set itself is still whole.
+        (self.shards.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The shards serving now (all of the layout's unless shards join and leave).
+    pub fn live_shards(&self) -> Vec<u32> {
+        self.shard_set().live(self.layout.n_shards())
+    }
+
+    /// How many shards keep the evaluation cut of `clock` (shards join and leave).
+    pub fn shards_at(&self, clock: u64) -> usize {
+        self.shard_set().shards_at(clock, self.layout.n_shards())
+    }
+
+    /// The workers (in `reports`) and shards that joined and left, by clock; a shard's
+    /// change is `shard joined` or `shard left` at the clock of its hand-over, its id in
+    /// `worker`.
+    pub fn changes(&self, reports: &[WorkerDone]) -> Vec<WorkerChange> {
+        let mut all = WorkerChange::of_reports(reports);
+        all.extend(self.shard_set().changes.iter().cloned());
+        all.sort_by_key(|c| c.clock);
+        all
     }
 
     /// The merged rows of every table, and the min clock over the shards.
@@ -203,12 +232,19 @@ impl MonitorCtx<'_> {
 
     /// Every shard's evaluation cuts completed since the last call, in shard order.
     pub async fn eval_cuts(&self) -> Result<Vec<ShardState>, PsError> {
-        self.query(ShardQuery::EvalCuts).await
+        let mut states = self.query(ShardQuery::EvalCuts).await?;
+        // The last cuts of shards that left, as they handed them in.
+        let departed = std::mem::take(&mut self.shard_set().cuts);
+        if let Some(s) = states.first_mut() {
+            s.eval_cuts.extend(departed);
+        }
+        Ok(states)
     }
 
     /// Waits until every shard's min clock is at least `clock`.
     pub async fn wait_for_min_clock(&self, clock: u64) -> Result<(), PsError> {
-        shells::wait_for_min_clock(self.node, self.layout, clock).await
+        let live = self.live_shards();
+        shells::wait_for_min_clock(self.node, (self.layout, &live), clock).await
     }
 
     fn stop_workers(&self, reason: &str) -> Result<(), PsError> {
@@ -253,7 +289,13 @@ pub(crate) async fn monitor_role<A: PsApp>(
         }
         None => None,
     };
-    shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
+    // Open before anything waits: a shard may announce itself early.
+    let mut coordinator = match job.shard_set().placement {
+        Some(_) => Some(Coordinator::open::<A>(&ctx.node)?),
+        None => None,
+    };
+    let live = job.live_shards();
+    shells::wait_for_shards_of(&ctx.node, (&job.layout, &live), SHARDS_READY_TIMEOUT).await?;
     let (mut state, offset_s) = match &resumed {
         Some(ck) => {
             let bytes = ck.piece(Piece::Monitor)?;
@@ -270,6 +312,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
         start: Instant::now(),
         offset_s,
         elastic: ctx.settings.allows_membership_changes(),
+        shards: job.shard_set_lock(),
     };
     // Standby workers count once they joined (the shards saw them).
     let n_starting = job.layout.n_workers() as usize - job.standby.len();
@@ -281,12 +324,17 @@ pub(crate) async fn monitor_role<A: PsApp>(
         let notified = inbox.notify.notified();
         let new: Vec<A::Report> = inbox.reports.borrow_mut().drain(..).collect();
         finished += new.iter().filter(|r| A::is_final(r)).count();
+        if let Some(c) = coordinator.as_mut() {
+            c.run(m.node, &job).await?;
+        }
+        let live = m.live_shards();
+        let shards = (m.layout, live.as_slice());
         let all_done = finished >= n_starting
             && (job.standby.is_empty()
-                || finished >= shells::workers_joined(m.node, m.layout).await? as usize);
+                || finished >= shells::workers_joined(m.node, shards).await? as usize);
         if all_done {
             // A final report can overtake the worker's last updates: wait for them.
-            shells::wait_for_all_left(m.node, m.layout).await?;
+            shells::wait_for_all_left(m.node, shards).await?;
         }
         let stop = job.app.observe(&mut state, &m, new, all_done).await?;
         if let Some(ck) = checkpoints.as_mut() {

@@ -9,8 +9,9 @@ use crate::core::checkpoint::{Piece, is_checkpoint_clock};
 use crate::core::types::TableId;
 use crate::error::PsError;
 use crate::kit::job::SHARDS_READY_TIMEOUT;
+use crate::kit::reshard::coordinator_actor;
 use crate::kit::{PsApp, PsJob, PsStep, WorkerDone, checkpoints};
-use crate::shells::{self, PsClient, PsLayout};
+use crate::shells::{self, PlacementNote, PsClient, PsLayout};
 
 /// What a worker's code sees: its client, the job layout and the monitor's inbox.
 pub struct WorkerCtx<'a, R: petrel_messages::RemoteMessage<Reply = ()>> {
@@ -100,18 +101,24 @@ pub(crate) async fn worker_role<A: PsApp>(
     ctx: NodeContext,
     job: Arc<PsJob<A>>,
 ) -> Result<(), PsError> {
-    shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
+    let live = job.live_shards();
+    let shards = (&job.layout, live.as_slice());
+    shells::wait_for_shards_of(&ctx.node, shards, SHARDS_READY_TIMEOUT).await?;
     let resumed = job.resumed()?;
     let elastic = ctx.settings.allows_membership_changes();
     let mut workers = Vec::new();
     for w in job.layout.workers_on(&ctx.spec.name) {
         // A joiner starts at a clock no shard's min clock is above.
         let joined_at = match job.standby.contains(&w) {
-            true => Some(shells::admit_everywhere(&ctx.node, &job.layout, w).await?),
+            true => Some(shells::admit_everywhere(&ctx.node, shards, w).await?),
             false => None,
         };
         let clock = joined_at.unwrap_or_else(|| resumed.as_ref().map_or(0, |ck| ck.clock));
         let client = PsClient::start_at(&ctx.node, &job.layout, w, job.app.tables(), clock)?;
+        let placement = job.shard_set().placement.clone();
+        if let Some(p) = placement {
+            client.install_placement(p)?;
+        }
         let saved = (resumed.as_ref())
             .map(|ck| ck.piece(Piece::Worker(w)).map(<[u8]>::to_vec))
             .transpose()?;
@@ -148,6 +155,13 @@ async fn run_worker<A: PsApp>(
         None => job.app.start_worker(&ctx)?,
     };
     let checkpoints = job.writing();
+    // With shards that join and leave: the coordinator a worker reports its pauses to.
+    let coordinator = (job.shard_set().placement.is_some())
+        .then(|| node.actor_at::<PlacementNote>(&job.monitor_node, &coordinator_actor::<A>()))
+        .transpose()?;
+    if let Some(c) = &coordinator {
+        client.follow_shard_changes(c.clone());
+    }
     // A node asked to leave drains at a clock boundary: its updates so far stay applied.
     while client.stop_requested().is_none() && !node.is_leave_requested() {
         match job.app.step(&mut state, &ctx).await? {
@@ -164,6 +178,9 @@ async fn run_worker<A: PsApp>(
             let piece = Piece::Worker(client.worker());
             checkpoints::save_piece::<A>(node, &job.monitor_node, (dir, clock), piece, &bytes)?;
         }
+        if let Some(c) = &coordinator {
+            client.shard_change_boundary(c).await?;
+        }
         // Cache hits never yield: let the node's actors run between clocks.
         tokio::task::yield_now().await;
     }
@@ -172,6 +189,14 @@ async fn run_worker<A: PsApp>(
         client.clock()?;
     }
     client.leave()?;
+    if let Some(c) = &coordinator {
+        let gone = PlacementNote::Gone {
+            worker: client.worker(),
+        };
+        if let Err(e) = c.tell(gone, Priority::HIGH) {
+            tracing::debug!(worker = client.worker(), error = %e, "end not told");
+        }
+    }
     let done = job.app.finish_worker(state, &ctx)?;
     ctx.monitor
         .ask(done, Priority::HIGH, node.default_timeout())

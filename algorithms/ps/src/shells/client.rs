@@ -1,3 +1,4 @@
+// Over 600 lines: the client handle is one API (reads, pushes, clocks, barriers, managed sending, shard changes) over one shared state.
 //! The client handle a worker's code calls ([`PsClient`]) and the inbox actor that feeds
 //! shard replies into its [`ClientCore`].
 
@@ -12,6 +13,7 @@ use tokio::sync::Notify;
 use crate::core::client::{ClientCore, GetOutcome, PushTicket};
 use crate::core::error::PsCoreError;
 use crate::core::managed::{BandwidthManager, ManagedStats};
+use crate::core::placement::{AtBoundary, Placement, WorkerPause};
 use crate::core::stats::{ReadStats, StalenessStats};
 use crate::core::types::{
     Clock, ReadRequest, Row, RowId, ShardBatch, SharedRow, TableId, TableSpec, WorkerId,
@@ -19,7 +21,7 @@ use crate::core::types::{
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
 use crate::shells::messages::{
-    PS_PRIORITY, ToClient, ToShard, client_actor_name, shard_actor_name,
+    PS_PRIORITY, PlacementNote, ToClient, ToShard, client_actor_name, shard_actor_name,
 };
 use petrel_actors::address::{ActorRef, Msg};
 use petrel_actors::error::HandlerError;
@@ -31,6 +33,10 @@ struct ClientShared {
     stop: Option<String>,
     /// Managed communication's manager, shared by `clock()` and the background sender.
     managed: Option<BandwidthManager>,
+    /// What a change of the shard set asks of this worker.
+    pause: WorkerPause,
+    /// The coordinator of shard changes, which hears where this worker pauses.
+    coordinator: Option<ActorRef<PlacementNote>>,
 }
 
 /// Bösen's idle poll of the background sender when there is nothing to send (ms).
@@ -78,6 +84,24 @@ impl Handler<Msg<ToClient>> for ClientInbox {
             ToClient::Stop { reason } => {
                 s.stop.get_or_insert(reason);
             }
+            ToClient::Pause { epoch } => {
+                // Answered here: the worker may be waiting in a read for a paused one.
+                let s = &mut *s;
+                let next = s.core.current_clock() + 1;
+                // Without a coordinator yet, the pause is asked again.
+                if let Some(c) = &s.coordinator
+                    && let Some(clock) = s.pause.ask(epoch, next)
+                {
+                    let worker = s.core.worker().0;
+                    let note = PlacementNote::Paused { worker, clock };
+                    if let Err(e) = c.tell(note, petrel_messages::Priority::HIGH) {
+                        s.error
+                            .get_or_insert(format!("worker {worker}: report a pause: {e}"));
+                    }
+                }
+            }
+            ToClient::Cut { epoch, cut } => s.pause.cut(epoch, cut),
+            ToClient::Resume { placement } => s.pause.resume(placement),
         }
         drop(s);
         self.notify.notify_waiters();
@@ -134,6 +158,8 @@ impl PsClient {
             error: None,
             stop: None,
             managed: None,
+            pause: WorkerPause::default(),
+            coordinator: None,
         }));
         let notify = Rc::new(Notify::new());
         let inbox = ClientInbox {
@@ -327,7 +353,7 @@ impl PsClient {
             }
             let (_, bound) = blocked.get_or_insert((std::time::Instant::now(), false));
             *bound |= beyond_seen;
-            let hint = crate::core::types::shard_of(table, rows[still[0]], self.layout.n_shards());
+            let hint = (self.shared.borrow().core.placement()).shard_of(table, rows[still[0]]);
             self.send_reads(fetch, false)?;
             // Replies are handled on this thread, so none can slip in before we wait.
             self.wait_notified(hint).await?;
@@ -483,7 +509,7 @@ impl PsClient {
         self.clock_flushing(true)?;
         let reqs = {
             let mut s = self.shared.borrow_mut();
-            (0..self.layout.n_shards())
+            (s.core.placement().shards().into_iter())
                 .map(|sh| s.core.sync_request(sh))
                 .collect::<Result<Vec<_>, _>>()?
         };
@@ -536,6 +562,72 @@ impl PsClient {
         self.shared.borrow().managed.as_ref().map(|m| m.stats())
     }
 
+    /// Sends rows by `placement` from now (the job's shards join and leave; the
+    /// starting placement, or one a [`ToClient::Resume`] brought).
+    pub fn install_placement(&self, placement: Placement) -> Result<(), PsError> {
+        Ok(self.shared.borrow_mut().core.install_placement(placement)?)
+    }
+
+    /// Makes this worker take part in changes of the shard set that `coordinator` runs.
+    pub fn follow_shard_changes(&self, coordinator: ActorRef<PlacementNote>) {
+        self.shared.borrow_mut().coordinator = Some(coordinator);
+    }
+
+    /// At a clock boundary, what a change of the shard set asks of this worker
+    /// ([`WorkerPause`]): reports to `coordinator` and waits while paused, takes the new
+    /// placement once resumed; returns when the worker may run its next clock.
+    pub async fn shard_change_boundary(
+        &self,
+        coordinator: &ActorRef<PlacementNote>,
+    ) -> Result<(), PsError> {
+        loop {
+            self.check()?;
+            let step = {
+                let s = &mut *self.shared.borrow_mut();
+                s.pause.at_boundary(s.core.current_clock())
+            };
+            match step {
+                AtBoundary::Step => return Ok(()),
+                AtBoundary::Install(p) => {
+                    tracing::debug!(worker = self.worker, epoch = p.epoch(), "new placement");
+                    return self.install_placement(p);
+                }
+                AtBoundary::Report(clock) => {
+                    self.flush_held().await?;
+                    let note = PlacementNote::Paused {
+                        worker: self.worker,
+                        clock,
+                    };
+                    coordinator
+                        .tell(note, petrel_messages::Priority::HIGH)
+                        .map_err(|e| self.failed(format!("report a pause: {e}")))?;
+                }
+                // Other workers may take a few clocks to reach the cut: wait on.
+                AtBoundary::Wait => {
+                    let _ = tokio::time::timeout(self.timeout, self.notify.notified()).await;
+                }
+            }
+        }
+    }
+
+    /// Sends the rows managed communication holds across clocks as early batches and waits
+    /// until their shards applied them: at a cut, before the rows move.
+    async fn flush_held(&self) -> Result<(), PsError> {
+        let batches = self.shared.borrow_mut().core.take_all_early();
+        let mut tickets = Vec::new();
+        for b in batches {
+            let (shard, seq) = (b.shard, b.batch.seq);
+            self.send(shard, ToShard::Batch(b))?;
+            let worker = WorkerId(self.worker);
+            self.send(shard, ToShard::Ack { worker })?;
+            tickets.push(PushTicket { shard, seq });
+        }
+        for t in &tickets {
+            self.wait_push(t).await?;
+        }
+        Ok(())
+    }
+
     /// Tells every shard this worker is done (it stops holding back their min clocks).
     /// Managed communication's held rows go first, and its background sender stops.
     pub fn leave(&self) -> Result<(), PsError> {
@@ -547,7 +639,8 @@ impl PsClient {
             }
         };
         send_batches(&self.shards, held).map_err(|e| self.failed(e))?;
-        for s in 0..self.layout.n_shards() {
+        let shards = self.shared.borrow().core.placement().shards();
+        for s in shards {
             self.send(
                 s,
                 ToShard::Leave {

@@ -3,6 +3,7 @@
 use petrel_messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
 
+use crate::core::placement::Placement;
 use crate::core::server_push::ServerPushStats;
 use crate::core::shard::{ShardAction, TableSnapshot};
 use crate::core::types::{Clock, ReadRequest, ShardBatch, WorkerId};
@@ -57,8 +58,55 @@ pub enum ToClient {
         /// Why (for the log).
         reason: String,
     },
+    /// The shard set changes towards placement epoch `epoch`: say the next boundary and
+    /// pause there ([`crate::core::placement::WorkerPause`]).
+    Pause {
+        /// The epoch of the placement after the change.
+        epoch: u64,
+    },
+    /// Run to clock `cut`, report and pause there.
+    Cut {
+        /// The epoch of the placement after the change.
+        epoch: u64,
+        /// The clock every worker pauses at.
+        cut: Clock,
+    },
+    /// Resume with `placement` (the moved rows are at their new owners).
+    Resume {
+        /// The placement in force from now.
+        placement: Placement,
+    },
 }
 remote_message!(ToClient => (), "petrel.ps.to_client");
+
+/// Worker or shard -> the coordinator of shard changes (on the monitor's node).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum PlacementNote {
+    /// `worker` pauses at the boundary of `clock` (first the next one it reaches, then the
+    /// cut, once there).
+    Paused {
+        /// The worker.
+        worker: u32,
+        /// Its clock (completed clocks).
+        clock: Clock,
+    },
+    /// `worker` ended its run and left every shard.
+    Gone {
+        /// The worker.
+        worker: u32,
+    },
+    /// Shard `shard` (of a standby node) started and waits for its rows.
+    ShardJoined {
+        /// The shard.
+        shard: u32,
+    },
+    /// Shard `shard`'s node was asked to leave: it waits to hand its rows over.
+    ShardLeaving {
+        /// The shard.
+        shard: u32,
+    },
+}
+remote_message!(PlacementNote => (), "petrel.ps.placement_note");
 
 /// Questions to a shard (asks, any priority).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -81,6 +129,26 @@ pub enum ShardQuery {
         worker: WorkerId,
         /// The clock it asks to start at.
         clock: Clock,
+    },
+    /// At a clock boundary: gives up the rows `next` places elsewhere (in the answer's
+    /// `tables`); a shard `next` leaves out also answers its last evaluation cuts
+    /// ([`crate::core::shard::PsShardCore::hand_over`]).
+    HandOver {
+        /// The placement after the change.
+        next: Placement,
+    },
+    /// Stops a shard that handed every row over. Told, not asked: its node leaves at once,
+    /// and an answer could be lost on the way.
+    Retire,
+    /// Takes rows handed over ([`crate::core::shard::PsShardCore::take_over`]); a shard that
+    /// joins first takes `next` and the members at the cut.
+    TakeOver {
+        /// The placement after the change.
+        next: Placement,
+        /// For a joining shard: the cut and the workers taking part.
+        joining: Option<(Clock, Vec<WorkerId>)>,
+        /// The rows now placed here.
+        tables: Vec<TableSnapshot>,
     },
 }
 

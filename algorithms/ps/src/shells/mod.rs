@@ -22,11 +22,12 @@ mod shard;
 pub use client::{ClientInbox, PsClient, PullTicket};
 pub use layout::{PsLayout, TablesBuilder};
 pub use messages::{
-    PS_PRIORITY, ShardQuery, ShardState, ToClient, ToShard, client_actor_name, shard_actor_name,
+    PS_PRIORITY, PlacementNote, ShardQuery, ShardState, ToClient, ToShard, client_actor_name,
+    shard_actor_name,
 };
 pub(crate) use query::merge_snapshots;
 pub use query::{
-    admit_everywhere, merge_tables, snapshot_all, wait_for_all_left, wait_for_min_clock,
-    wait_for_shards, workers_joined,
+    Shards, admit_everywhere, merge_tables, snapshot_all, snapshot_of, wait_for_all_left,
+    wait_for_min_clock, wait_for_shards, wait_for_shards_of, workers_joined,
 };
 pub use shard::{OnCheckpoint, ServerShard, ShardHandle, start_shard, start_shard_core};

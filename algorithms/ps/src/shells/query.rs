@@ -19,9 +19,30 @@ pub async fn snapshot_all(
     query: ShardQuery,
     timeout: Duration,
 ) -> Result<Vec<ShardState>, PsError> {
+    snapshot_of(node, (layout, &all_shards(layout)), query, timeout).await
+}
+
+/// The ids of every shard of `layout`.
+fn all_shards(layout: &PsLayout) -> Vec<u32> {
+    (0..layout.n_shards()).collect()
+}
+
+/// Shards `ids` of a layout: those a question goes to (the current ones, when shards join
+/// and leave).
+pub type Shards<'a> = (&'a PsLayout, &'a [u32]);
+
+/// [`snapshot_all`] of the shards `shards`, in their order.
+pub async fn snapshot_of(
+    node: &Node,
+    (layout, ids): Shards<'_>,
+    query: ShardQuery,
+    timeout: Duration,
+) -> Result<Vec<ShardState>, PsError> {
     let mut futs = Vec::new();
-    for (s, n) in layout.shard_nodes.iter().enumerate() {
-        let shard = s as u32;
+    for &shard in ids {
+        let n = (layout.shard_nodes.get(shard as usize)).ok_or(
+            crate::core::error::PsCoreError::InvalidConfig(format!("no shard {shard}")),
+        )?;
         let r = node.actor_at::<ShardQuery>(n, &shard_actor_name(shard))?;
         let q = query.clone();
         futs.push(async move {
@@ -43,9 +64,18 @@ pub async fn wait_for_shards(
     layout: &PsLayout,
     timeout: Duration,
 ) -> Result<(), PsError> {
+    wait_for_shards_of(node, (layout, &all_shards(layout)), timeout).await
+}
+
+/// [`wait_for_shards`] of the shards `shards`.
+pub async fn wait_for_shards_of(
+    node: &Node,
+    shards: Shards<'_>,
+    timeout: Duration,
+) -> Result<(), PsError> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        match snapshot_all(node, layout, ShardQuery::Ping, Duration::from_millis(500)).await {
+        match snapshot_of(node, shards, ShardQuery::Ping, Duration::from_millis(500)).await {
             Ok(_) => return Ok(()),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(PsError::ShardsNotReady {
@@ -64,14 +94,14 @@ pub async fn wait_for_shards(
 /// Polls every shard (up to the request timeout) until `done` holds for each.
 async fn poll_shards(
     node: &Node,
-    layout: &PsLayout,
+    shards: Shards<'_>,
     done: impl Fn(&ShardState) -> bool,
     timed_out: impl FnOnce(Duration) -> PsError,
 ) -> Result<(), PsError> {
     let timeout = node.default_timeout();
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let states = snapshot_all(node, layout, ShardQuery::Ping, timeout).await?;
+        let states = snapshot_of(node, shards, ShardQuery::Ping, timeout).await?;
         if states.iter().all(&done) {
             return Ok(());
         }
@@ -82,10 +112,15 @@ async fn poll_shards(
     }
 }
 
-/// Waits (up to the request timeout) until every shard's min clock is at least `clock`.
-pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> Result<(), PsError> {
+/// Waits (up to the request timeout) until the min clock of every shard of `shards` is at
+/// least `clock`.
+pub async fn wait_for_min_clock(
+    node: &Node,
+    shards: Shards<'_>,
+    clock: u64,
+) -> Result<(), PsError> {
     let timed_out = |timeout| PsError::ClockTimeout { clock, timeout };
-    poll_shards(node, layout, |s| s.min_clock >= clock, timed_out).await
+    poll_shards(node, shards, |s| s.min_clock >= clock, timed_out).await
 }
 
 /// Admits `worker` (of a standby node) on every shard at one clock, which it returns: each
@@ -94,7 +129,7 @@ pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> R
 /// min clock). A shard's min clock can move between two asks, so this may take a few rounds.
 pub async fn admit_everywhere(
     node: &Node,
-    layout: &PsLayout,
+    shards: Shards<'_>,
     worker: u32,
 ) -> Result<Clock, PsError> {
     let mut clock = 0;
@@ -103,7 +138,7 @@ pub async fn admit_everywhere(
             worker: WorkerId(worker),
             clock,
         };
-        let states = snapshot_all(node, layout, query, node.default_timeout()).await?;
+        let states = snapshot_of(node, shards, query, node.default_timeout()).await?;
         let answers: Vec<Clock> = states.iter().map(|s| s.admitted_at.unwrap_or(0)).collect();
         match crate::core::membership::admission(&answers) {
             Ok(at) => {
@@ -116,15 +151,15 @@ pub async fn admit_everywhere(
 }
 
 /// The number of workers that ever joined the job: the most any shard saw.
-pub async fn workers_joined(node: &Node, layout: &PsLayout) -> Result<u32, PsError> {
-    let states = snapshot_all(node, layout, ShardQuery::Ping, node.default_timeout()).await?;
+pub async fn workers_joined(node: &Node, shards: Shards<'_>) -> Result<u32, PsError> {
+    let states = snapshot_of(node, shards, ShardQuery::Ping, node.default_timeout()).await?;
     Ok(states.iter().map(|s| s.workers_joined).max().unwrap_or(0))
 }
 
 /// Waits (up to the request timeout) until every worker that joined left every shard.
-pub async fn wait_for_all_left(node: &Node, layout: &PsLayout) -> Result<(), PsError> {
+pub async fn wait_for_all_left(node: &Node, shards: Shards<'_>) -> Result<(), PsError> {
     let all = |s: &ShardState| s.workers_left >= s.workers_joined;
-    poll_shards(node, layout, all, |timeout| PsError::WorkersNotLeft {
+    poll_shards(node, shards, all, |timeout| PsError::WorkersNotLeft {
         timeout,
     })
     .await

@@ -189,7 +189,42 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
     fn handle(&mut self, msg: Msg<ShardQuery>, _: &mut Context<Self>) -> Self::Result {
         // Ping and EvalCuts carry no tables; Snapshot and Checkpoint carry all of them.
         let mut admitted_at = None;
+        let failed = |shard: u32, e: PsCoreError| HandlerError::new(format!("shard {shard}: {e}"));
         let (tables, checkpoint_clock, eval_cuts) = match msg.body {
+            ShardQuery::HandOver { next } => {
+                let leaving = (self.core.placement()).is_some_and(|(me, _)| !next.has(*me));
+                let rows = (self.core.hand_over(next)).map_err(|e| failed(self.shard, e))?;
+                let cuts = match leaving {
+                    true => self.core.take_eval_cuts(),
+                    false => Vec::new(),
+                };
+                (rows, None, cuts)
+            }
+            ShardQuery::Retire => {
+                if (self.core.placement()).is_some_and(|(me, p)| !p.has(*me)) {
+                    tracing::info!(shard = self.shard, "ps shard handed its rows over; leaving");
+                    let _ = self.events.send(ShardEvent::AllLeft);
+                }
+                (Vec::new(), None, Vec::new())
+            }
+            ShardQuery::TakeOver {
+                next,
+                joining,
+                tables,
+            } => {
+                if let Some((cut, members)) = &joining {
+                    (self
+                        .core
+                        .set_placement(self.shard, next, Some((*cut, members))))
+                    .map_err(|e| failed(self.shard, e))?;
+                }
+                (self.core.take_over(tables)).map_err(|e| failed(self.shard, e))?;
+                // A joiner of a job whose workers all ended serves no one.
+                if self.core.members() == 0 {
+                    let _ = self.events.send(ShardEvent::AllLeft);
+                }
+                (Vec::new(), None, Vec::new())
+            }
             ShardQuery::Ping => (Vec::new(), None, Vec::new()),
             ShardQuery::Admit { worker, clock } => {
                 let at = (self.core.admit(worker, clock))

@@ -145,6 +145,7 @@ impl PsApp for PsLr {
     };
     const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
     const ELASTIC: bool = true;
+    const ELASTIC_SHARDS: bool = true;
 
     fn validate_config(cfg: &PsLrSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
@@ -293,7 +294,7 @@ impl PsApp for PsLr {
             staleness: st.report(),
             content_staleness: m.content_staleness().report(),
             per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
-            changes: WorkerChange::of_reports(&m.reports),
+            changes: ctx.changes(&m.reports),
             curve: m.curve,
         };
         // The final weights: every worker left, so they are those of the last evaluation.

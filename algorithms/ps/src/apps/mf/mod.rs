@@ -193,6 +193,7 @@ impl PsApp for PsMf {
     const SECTION: &'static str = "mf";
     const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
     const ELASTIC: bool = true;
+    const ELASTIC_SHARDS: bool = true;
 
     fn validate_config(cfg: &PsMfSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
@@ -448,7 +449,7 @@ impl PsApp for PsMf {
             per_worker_compute_s: m.reports.iter().map(|r| r.compute_s).collect(),
             per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
             per_worker_run_s: m.reports.iter().map(|r| r.run_s).collect(),
-            changes: WorkerChange::of_reports(&m.reports),
+            changes: ctx.changes(&m.reports),
             curve: m.curve,
         };
         tracing::info!(
