@@ -88,6 +88,7 @@ pub(crate) fn compare(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
     let membership = Membership {
         standby_workers: 1,
         scale: Some(args.plan.clone()),
+        ..Membership::default()
     };
     let elastic = run_app(args, &dir("elastic"), membership)?;
     let orphans = orphans(args.transport);

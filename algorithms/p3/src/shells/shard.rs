@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -35,11 +35,13 @@ pub struct ShardActor {
     /// Joiners' pulls held per slice, by worker.
     pulls: HashMap<usize, Vec<(usize, Waiter)>>,
     first_arrival: HashMap<usize, Instant>,
-    /// Every shard of the job (standby ones too), by shard id: where slices move.
-    peers: Vec<(ActorRef<HandOver>, ActorRef<ShardsDone>)>,
+    /// Every other shard of the job (standby ones too), by shard id: where slices move.
+    peers: Vec<Option<Peer>>,
     status: Arc<ShardStatus>,
     timeout: Duration,
 }
+
+type Peer = (ActorRef<HandOver>, ActorRef<ShardsDone>);
 
 /// What a shard's role and its actor share: the role waits on it before it returns.
 #[derive(Default)]
@@ -48,6 +50,8 @@ pub struct ShardStatus {
     leaving: AtomicBool,
     /// The shard holds no slice.
     empty: AtomicBool,
+    /// Slices handed over whose workers are not answered yet: the node stays until then.
+    handing: AtomicUsize,
     /// The job's last iteration is applied (here, or on shard 0).
     over: AtomicBool,
 }
@@ -71,7 +75,7 @@ impl ShardActor {
     /// `status` tells the role when this shard may leave or stop.
     fn elastic(
         mut self,
-        peers: Vec<(ActorRef<HandOver>, ActorRef<ShardsDone>)>,
+        peers: Vec<Option<Peer>>,
         status: Arc<ShardStatus>,
         timeout: Duration,
     ) -> Self {
@@ -190,7 +194,7 @@ impl ShardActor {
             iter = h.iter,
             "p3 slice moves"
         );
-        let Some((target, _)) = self.peers.get(to).cloned() else {
+        let Some((target, _)) = self.peers.get(to).cloned().flatten() else {
             answer(Err(self.fail(format!("slice {slice}: no shard {to}"))));
             return;
         };
@@ -204,7 +208,8 @@ impl ShardActor {
             shards: ids(h.shards.members()),
             shards_left: ids(h.shards.departed()),
         };
-        let (timeout, fail) = (self.timeout, self.fail(""));
+        let (timeout, fail, status) = (self.timeout, self.fail(""), self.status.clone());
+        status.handing.fetch_add(1, Ordering::AcqRel);
         actix::spawn(async move {
             let msg = || HandOver {
                 params: msg.params.clone(),
@@ -219,6 +224,7 @@ impl ShardActor {
             answer(r.map(|_| ()).map_err(|e| {
                 HandlerError::new(format!("{fail}handing slice {slice} to shard {to}: {e}"))
             }));
+            status.handing.fetch_sub(1, Ordering::AcqRel);
         });
     }
 
@@ -226,7 +232,7 @@ impl ShardActor {
     fn tell_done(&self, shards: &[usize]) {
         let (iterations, timeout) = (self.core.end(), self.timeout);
         for &s in shards.iter().filter(|&&s| s != 0) {
-            if let Some((_, target)) = self.peers.get(s).cloned() {
+            if let Some((_, target)) = self.peers.get(s).cloned().flatten() {
                 actix::spawn(async move {
                     let _ = target
                         .ask(ShardsDone { iterations }, Priority::NORMAL, timeout)
@@ -419,16 +425,22 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
     let status = Arc::new(ShardStatus::default());
     let mut actor = ShardActor::new(core);
     if elastic {
+        let peer = |(i, n): (usize, &String)| -> Result<Option<Peer>, P3Error> {
+            if i == me {
+                return Ok(None);
+            }
+            let node = &ctx.node;
+            Ok(Some((
+                node.actor_at(n, SHARD_ACTOR)?,
+                node.actor_at(n, SHARD_ACTOR)?,
+            )))
+        };
         let peers = ctx
             .nodes_with_role(SHARD_ROLE)
             .iter()
-            .map(|n| {
-                Ok((
-                    ctx.node.actor_at(n, SHARD_ACTOR)?,
-                    ctx.node.actor_at(n, SHARD_ACTOR)?,
-                ))
-            })
-            .collect::<Result<_, P3Error>>()?;
+            .enumerate()
+            .map(peer)
+            .collect::<Result<_, _>>()?;
         actor = actor.elastic(peers, status.clone(), job.ask_timeout);
     }
     ctx.node
@@ -456,7 +468,9 @@ async fn serve_until_done(ctx: &NodeContext, me: usize, status: &ShardStatus) {
         let over = status.over.load(Ordering::Acquire);
         if ctx.node.is_leave_requested() {
             status.leaving.store(true, Ordering::Release);
-            if over || status.empty.load(Ordering::Acquire) {
+            let empty =
+                status.empty.load(Ordering::Acquire) && status.handing.load(Ordering::Acquire) == 0;
+            if over || empty {
                 tracing::info!(shard = me, "p3 shard handed its slices over; leaving");
                 ctx.node.leave_when_done();
                 return;
