@@ -1,8 +1,9 @@
 //! P3 survives a standby worker joining and a worker leaving mid-run (`petrel train p3
-//! --net emulated --standby-workers 1 --scale ...`) on processes: the changes at iteration
-//! boundaries in the output, the fixed run's parameters bit for bit (the emulated model's
-//! gradients are equal, so their mean over any workers is the same), no node process left
-//! behind. A standby worker that never starts is not waited for; checkpoints with changes
+//! --net emulated --standby-workers 1 --scale ...`), and a standby shard joining and a shard
+//! leaving (`--standby-shards 1`), on processes: the changes at iteration boundaries in the
+//! output, the fixed run's parameters bit for bit (the emulated model's gradients are equal,
+//! so their mean over any workers is the same, and a slice's update does not depend on the
+//! shard that applies it), no node process left behind. A standby worker that never starts is not waited for; checkpoints with changes
 //! are refused before any node starts.
 
 use crate::common::{alive, children_of, failure, last_json_line, petrel_cmd};
@@ -18,13 +19,30 @@ const JOB: &str =
 /// coordinator runs on shard 0).
 const PLAN: &str = "at=600ms add w2; at=1500ms remove w0";
 
+/// 96 iterations of one sample each: about 2 s on threads, 4 s on processes.
+const SHARD_JOB: &str =
+    "--net emulated --train-data synthetic:192 --batch 1 --epochs 1 --workers 2 --shards 2";
+
+/// `s2` starts 600 ms after the nodes, `s1` is asked to leave at 1 s.
+const SHARD_PLAN: &str = "at=600ms add s2; at=1000ms remove s1";
+
 /// `petrel train p3` on `transport` with `args`: its final JSON line and the child
 /// processes seen while it ran.
 fn train(out: &Path, transport: &str, args: &[&str]) -> (serde_json::Value, Vec<u32>) {
+    train_job(JOB, out, transport, args)
+}
+
+/// [`train`] of `job`.
+fn train_job(
+    job: &str,
+    out: &Path,
+    transport: &str,
+    args: &[&str],
+) -> (serde_json::Value, Vec<u32>) {
     let model = out.join("model.safetensors");
     let child = petrel_cmd(["train", "p3", "--out", model.to_str().unwrap()])
         .args(["--transport", transport])
-        .args(JOB.split_whitespace())
+        .args(job.split_whitespace())
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::piped())
@@ -76,6 +94,44 @@ fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters(
         "{m} against {fixed}"
     );
     // Both shards, w0, w1 and the joiner w2.
+    assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
+    let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+    assert!(orphans.is_empty(), "orphans {orphans:?}");
+}
+
+/// The first change a key of `m`'s `list` names `id` in.
+fn change_at(m: &serde_json::Value, list: &str, key: &str, id: u64) -> Option<u64> {
+    m[list]
+        .as_array()?
+        .iter()
+        .find(|c| c[key] == serde_json::json!([id]))
+        .and_then(|c| c["iteration"].as_u64())
+}
+
+#[test]
+fn p3_shards_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, _) = train_job(SHARD_JOB, &dir.path().join("fixed"), "memory", &[]);
+    assert_eq!(fixed["shard_changes"], serde_json::json!([]), "{fixed}");
+    let args = ["--standby-shards", "1", "--scale", SHARD_PLAN];
+    let (m, nodes) = train_job(SHARD_JOB, &dir.path().join("elastic"), "processes", &args);
+    let joined = change_at(&m, "shard_changes", "joined", 2);
+    let left = change_at(&m, "shard_changes", "left", 1);
+    let (Some(joined), Some(left)) = (joined, left) else {
+        panic!("no join of shard 2 and leave of shard 1: {m}");
+    };
+    let iterations = m["iterations"].as_u64().unwrap();
+    assert!(
+        0 < joined && joined < left && left < iterations,
+        "not a join then a leave mid-run: {m}"
+    );
+    assert_eq!(m["final_shards"], serde_json::json!([0, 2]), "{m}");
+    assert_eq!(m["changes"], serde_json::json!([]), "{m}");
+    assert_eq!(
+        m["params_digest"], fixed["params_digest"],
+        "{m} against {fixed}"
+    );
+    // s0, s1, the joiner s2, w0 and w1.
     assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
     let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
     assert!(orphans.is_empty(), "orphans {orphans:?}");
