@@ -66,6 +66,40 @@ fn train_job(
     (last_json_line(&stdout), seen)
 }
 
+/// `m`, a run whose `list` of changes has `joiner` joining then `leaver` leaving mid-run,
+/// ends with `fixed`'s parameters, saw at least 5 node processes and left none alive.
+fn joined_then_left(
+    m: &serde_json::Value,
+    fixed: &serde_json::Value,
+    nodes: Vec<u32>,
+    list: &str,
+    (joiner, leaver): (u64, u64),
+) {
+    let at = |key: &str, id: u64| {
+        m[list]
+            .as_array()?
+            .iter()
+            .find(|c| c[key] == serde_json::json!([id]))
+            .and_then(|c| c["iteration"].as_u64())
+    };
+    let (Some(joined), Some(left)) = (at("joined", joiner), at("left", leaver)) else {
+        panic!("no join of {joiner} and leave of {leaver} in {list}: {m}");
+    };
+    let iterations = m["iterations"].as_u64().unwrap();
+    assert!(
+        0 < joined && joined < left && left < iterations,
+        "not a join then a leave mid-run: {m}"
+    );
+    assert_eq!(
+        m["params_digest"], fixed["params_digest"],
+        "{m} against {fixed}"
+    );
+    // Two workers, two shards and the joiner.
+    assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
+    let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
+    assert!(orphans.is_empty(), "orphans {orphans:?}");
+}
+
 #[test]
 fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
     let dir = tempfile::tempdir().unwrap();
@@ -73,39 +107,8 @@ fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters(
     assert_eq!(fixed["changes"], serde_json::json!([]), "{fixed}");
     let args = ["--standby-workers", "1", "--scale", PLAN];
     let (m, nodes) = train(&dir.path().join("elastic"), "processes", &args);
-    let changes = m["changes"].as_array().unwrap();
-    let at = |key: &str, worker: u64| {
-        changes
-            .iter()
-            .find(|c| c[key] == serde_json::json!([worker]))
-            .and_then(|c| c["iteration"].as_u64())
-    };
-    let (Some(joined), Some(left)) = (at("joined", 2), at("left", 0)) else {
-        panic!("no join of worker 2 and leave of worker 0: {m}");
-    };
-    let iterations = m["iterations"].as_u64().unwrap();
-    assert!(
-        0 < joined && joined < left && left < iterations,
-        "not a join then a leave mid-run: {m}"
-    );
     assert_eq!(m["final_workers"], serde_json::json!([1, 2]), "{m}");
-    assert_eq!(
-        m["params_digest"], fixed["params_digest"],
-        "{m} against {fixed}"
-    );
-    // Both shards, w0, w1 and the joiner w2.
-    assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
-    let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
-    assert!(orphans.is_empty(), "orphans {orphans:?}");
-}
-
-/// The first change a key of `m`'s `list` names `id` in.
-fn change_at(m: &serde_json::Value, list: &str, key: &str, id: u64) -> Option<u64> {
-    m[list]
-        .as_array()?
-        .iter()
-        .find(|c| c[key] == serde_json::json!([id]))
-        .and_then(|c| c["iteration"].as_u64())
+    joined_then_left(&m, &fixed, nodes, "changes", (2, 0));
 }
 
 #[test]
@@ -115,26 +118,9 @@ fn p3_shards_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters()
     assert_eq!(fixed["shard_changes"], serde_json::json!([]), "{fixed}");
     let args = ["--standby-shards", "1", "--scale", SHARD_PLAN];
     let (m, nodes) = train_job(SHARD_JOB, &dir.path().join("elastic"), "processes", &args);
-    let joined = change_at(&m, "shard_changes", "joined", 2);
-    let left = change_at(&m, "shard_changes", "left", 1);
-    let (Some(joined), Some(left)) = (joined, left) else {
-        panic!("no join of shard 2 and leave of shard 1: {m}");
-    };
-    let iterations = m["iterations"].as_u64().unwrap();
-    assert!(
-        0 < joined && joined < left && left < iterations,
-        "not a join then a leave mid-run: {m}"
-    );
     assert_eq!(m["final_shards"], serde_json::json!([0, 2]), "{m}");
     assert_eq!(m["changes"], serde_json::json!([]), "{m}");
-    assert_eq!(
-        m["params_digest"], fixed["params_digest"],
-        "{m} against {fixed}"
-    );
-    // s0, s1, the joiner s2, w0 and w1.
-    assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
-    let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
-    assert!(orphans.is_empty(), "orphans {orphans:?}");
+    joined_then_left(&m, &fixed, nodes, "shard_changes", (2, 1));
 }
 
 #[test]

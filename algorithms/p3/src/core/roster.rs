@@ -300,15 +300,8 @@ mod tests {
                     start.push((2, s.id, a.start));
                 }
             }
-            let wg: Vec<Vec<Vec<f32>>> = workers
-                .iter()
-                .map(|&w| {
-                    counts
-                        .iter()
-                        .map(|&c| (0..c as usize).map(|i| grad(w, it, i)).collect())
-                        .collect()
-                })
-                .collect();
+            let wg =
+                crate::core::shard::tests::worker_grads(&counts, workers, |w, i| grad(w, it, i));
             reference_step(&opt, &mut ref_p, &mut ref_v, &wg).unwrap();
         }
         assert_eq!(start.len(), plan.slices().len());

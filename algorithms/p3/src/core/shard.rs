@@ -588,4 +588,4 @@ pub fn reference_step(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,6 +2,19 @@ use super::*;
 use crate::core::mode::Mode;
 use crate::core::worker::SliceWorkerCore;
 
+/// Every worker's whole gradient, `grad(worker, index)` per parameter of each layer.
+pub(crate) fn worker_grads(
+    counts: &[u64],
+    workers: &[usize],
+    grad: impl Fn(usize, usize) -> f32,
+) -> Vec<Vec<Vec<f32>>> {
+    let layer = |w, c: u64| (0..c as usize).map(|i| grad(w, i)).collect();
+    workers
+        .iter()
+        .map(|&w| counts.iter().map(|&c| layer(w, c)).collect())
+        .collect()
+}
+
 fn opt() -> FlatSgdMomentum {
     FlatSgdMomentum::new(0.1, 0.9)
 }
@@ -233,15 +246,7 @@ fn shards_join_and_leave_at_boundaries_and_match_the_reference() {
         if it == 0 {
             assert_eq!(cores[0].pull(2, 0).unwrap(), None);
         }
-        let wg: Vec<Vec<Vec<f32>>> = workers
-            .iter()
-            .map(|&w| {
-                counts
-                    .iter()
-                    .map(|&c| (0..c as usize).map(|i| grad(w, it, i)).collect())
-                    .collect()
-            })
-            .collect();
+        let wg = worker_grads(&counts, &workers, |w, i| grad(w, it, i));
         reference_step(&opt(), &mut ref_p, &mut ref_v, &wg).unwrap();
         if it == 1 {
             after_1 = ref_p.clone();
