@@ -17,7 +17,7 @@ use crate::shells::index_in;
 use crate::shells::messages::{
     HandOver, InitSlice, PullSlice, PushGrad, SaveShard, SavedFile, ShardsDone, SliceValues,
 };
-use crate::shells::start::ask_started;
+use crate::shells::start::{ask_started, live_in};
 use crate::shells::worker::WORKER_ROLE;
 
 /// The role of a server shard.
@@ -37,6 +37,8 @@ pub struct ShardActor {
     first_arrival: HashMap<usize, Instant>,
     /// Every other shard of the job (standby ones too), by shard id: where slices move.
     peers: Vec<Option<Peer>>,
+    /// The shard ids in the cluster now.
+    live: Box<dyn Fn() -> Vec<usize>>,
     status: Arc<ShardStatus>,
     timeout: Duration,
 }
@@ -52,8 +54,10 @@ pub struct ShardStatus {
     empty: AtomicBool,
     /// Slices handed over whose workers are not answered yet: the node stays until then.
     handing: AtomicUsize,
-    /// The job's last iteration is applied (here, or on shard 0).
-    over: AtomicBool,
+    /// The shard holds slices, each past the job's last iteration (answered).
+    finished: AtomicBool,
+    /// Shard 0 applied the job's last iteration ([`ShardsDone`]).
+    told: AtomicBool,
 }
 
 impl ShardActor {
@@ -66,6 +70,7 @@ impl ShardActor {
             pulls: HashMap::new(),
             first_arrival: HashMap::new(),
             peers: Vec::new(),
+            live: Box::new(Vec::new),
             status: Arc::default(),
             timeout: Duration::from_secs(120),
         }
@@ -76,10 +81,12 @@ impl ShardActor {
     fn elastic(
         mut self,
         peers: Vec<Option<Peer>>,
+        live: Box<dyn Fn() -> Vec<usize>>,
         status: Arc<ShardStatus>,
         timeout: Duration,
     ) -> Self {
         self.peers = peers;
+        self.live = live;
         self.status = status;
         self.timeout = timeout;
         self.update_status();
@@ -89,9 +96,7 @@ impl ShardActor {
     fn update_status(&self) {
         let s = &self.status;
         s.empty.store(self.core.n_slices() == 0, Ordering::Release);
-        if self.core.finished() {
-            s.over.store(true, Ordering::Release);
-        }
+        s.finished.store(self.core.finished(), Ordering::Release);
     }
 
     /// `e` as this shard's handler error.
@@ -163,7 +168,7 @@ impl ShardActor {
         };
         let last = applied.iter + 1 == self.core.end();
         if me == 0 && slice == 0 && last {
-            self.tell_done(&applied.shards);
+            self.tell_done();
         }
         match applied.handoff.take() {
             None => {
@@ -228,10 +233,11 @@ impl ShardActor {
         });
     }
 
-    /// Shard 0 tells the other shards of the job's end that its last update is applied.
-    fn tell_done(&self, shards: &[usize]) {
+    /// Shard 0 tells the other shards in the cluster that its last update is applied (one
+    /// that joined too late for a slice stops waiting).
+    fn tell_done(&self) {
         let (iterations, timeout) = (self.core.end(), self.timeout);
-        for &s in shards.iter().filter(|&&s| s != 0) {
+        for s in (self.live)().into_iter().filter(|&s| s != 0) {
             if let Some((_, target)) = self.peers.get(s).cloned().flatten() {
                 actix::spawn(async move {
                     let _ = target
@@ -369,7 +375,7 @@ impl Handler<Msg<ShardsDone>> for ShardActor {
     type Result = Result<u64, HandlerError>;
 
     fn handle(&mut self, msg: Msg<ShardsDone>, _: &mut Context<Self>) -> Self::Result {
-        self.status.over.store(true, Ordering::Release);
+        self.status.told.store(true, Ordering::Release);
         Ok(msg.body.iterations)
     }
 }
@@ -441,7 +447,9 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
             .enumerate()
             .map(peer)
             .collect::<Result<_, _>>()?;
-        actor = actor.elastic(peers, status.clone(), job.ask_timeout);
+        let node = ctx.clone();
+        let live = Box::new(move || live_in(&node, SHARD_ROLE));
+        actor = actor.elastic(peers, live, status.clone(), job.ask_timeout);
     }
     ctx.node
         .register(SHARD_ACTOR, actor.start())?
@@ -461,21 +469,21 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
 }
 
 /// A shard other than shard 0 (whose node runs the coordinator and stays) serves until the
-/// job's end, or, once its node is asked to leave, until it handed every slice over: then
-/// its node leaves.
+/// job's end, or, once its node is asked to leave, until it handed every slice over (or
+/// answered their last iteration): then its node leaves.
 async fn serve_until_done(ctx: &NodeContext, me: usize, status: &ShardStatus) {
     loop {
-        let over = status.over.load(Ordering::Acquire);
+        let finished = status.finished.load(Ordering::Acquire);
         if ctx.node.is_leave_requested() {
             status.leaving.store(true, Ordering::Release);
-            let empty =
+            let idle =
                 status.empty.load(Ordering::Acquire) && status.handing.load(Ordering::Acquire) == 0;
-            if over || empty {
+            if finished || idle {
                 tracing::info!(shard = me, "p3 shard handed its slices over; leaving");
                 ctx.node.leave_when_done();
                 return;
             }
-        } else if over {
+        } else if finished || status.told.load(Ordering::Acquire) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
