@@ -1,48 +1,31 @@
-//! P3 survives a standby worker joining and a worker leaving mid-run (`petrel train p3
-//! --net emulated --standby-workers 1 --scale ...`), and a standby shard joining and a shard
-//! leaving (`--standby-shards 1`), on processes: the changes at iteration boundaries in the
-//! output, the fixed run's parameters bit for bit (the emulated model's gradients are equal,
-//! so their mean over any workers is the same, and a slice's update does not depend on the
-//! shard that applies it), no node process left behind. A standby worker that never starts is not waited for; checkpoints with changes
-//! are refused before any node starts.
+//! P3 survives a standby worker and a standby shard joining and a worker and a shard
+//! leaving mid-run (`petrel train p3 --net emulated --standby-workers 1 --standby-shards 1
+//! --scale ...`) on processes: the changes at iteration boundaries in the output, the fixed
+//! run's parameters bit for bit (the emulated model's gradients are equal, so their mean
+//! over any workers is the same, and a slice's update does not depend on the shard that
+//! applies it), no node process left behind. A standby worker that never starts is not
+//! waited for; checkpoints with changes are refused before any node starts.
 
 use crate::common::{alive, children_of, failure, last_json_line, petrel_cmd};
 use std::path::Path;
 use std::time::Duration;
 
-/// 64 iterations of the emulated VGG-19 at 1/1000 on 2 workers and 2 shards: about 2 s of
-/// training on threads of a debug build, longer on processes.
+/// 96 iterations of the emulated VGG-19 at 1/1000, one sample each, on 2 workers and 2
+/// shards: about 2 s on threads of a debug build, 4 s on processes.
 const JOB: &str =
-    "--net emulated --train-data synthetic:256 --batch 8 --epochs 4 --workers 2 --shards 2";
-
-/// `w2` starts 600 ms after the cluster formed, `w0` is asked to leave at 1.5 s (the
-/// coordinator runs on shard 0).
-const PLAN: &str = "at=600ms add w2; at=1500ms remove w0";
-
-/// 96 iterations of one sample each: about 2 s on threads, 4 s on processes.
-const SHARD_JOB: &str =
     "--net emulated --train-data synthetic:192 --batch 1 --epochs 1 --workers 2 --shards 2";
 
-/// `s2` starts 600 ms after the nodes, `s1` is asked to leave at 1 s.
-const SHARD_PLAN: &str = "at=600ms add s2; at=1000ms remove s1";
+/// `w2` and `s2` start 600 ms after the nodes, `w0` and `s1` are asked to leave at 1 s (the
+/// coordinator runs on `s0`).
+const PLAN: &str = "at=600ms add w2; at=600ms add s2; at=1000ms remove w0; at=1000ms remove s1";
 
 /// `petrel train p3` on `transport` with `args`: its final JSON line and the child
 /// processes seen while it ran.
 fn train(out: &Path, transport: &str, args: &[&str]) -> (serde_json::Value, Vec<u32>) {
-    train_job(JOB, out, transport, args)
-}
-
-/// [`train`] of `job`.
-fn train_job(
-    job: &str,
-    out: &Path,
-    transport: &str,
-    args: &[&str],
-) -> (serde_json::Value, Vec<u32>) {
     let model = out.join("model.safetensors");
     let child = petrel_cmd(["train", "p3", "--out", model.to_str().unwrap()])
         .args(["--transport", transport])
-        .args(job.split_whitespace())
+        .args(JOB.split_whitespace())
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::piped())
@@ -101,25 +84,25 @@ fn joined_then_left(
 }
 
 #[test]
-fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
+fn p3_workers_and_shards_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
     let dir = tempfile::tempdir().unwrap();
     let (fixed, _) = train(&dir.path().join("fixed"), "memory", &[]);
     assert_eq!(fixed["changes"], serde_json::json!([]), "{fixed}");
-    let args = ["--standby-workers", "1", "--scale", PLAN];
+    assert_eq!(fixed["shard_changes"], serde_json::json!([]), "{fixed}");
+    let args = [
+        "--standby-workers",
+        "1",
+        "--standby-shards",
+        "1",
+        "--scale",
+        PLAN,
+    ];
     let (m, nodes) = train(&dir.path().join("elastic"), "processes", &args);
     assert_eq!(m["final_workers"], serde_json::json!([1, 2]), "{m}");
-    joined_then_left(&m, &fixed, nodes, "changes", (2, 0));
-}
-
-#[test]
-fn p3_shards_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
-    let dir = tempfile::tempdir().unwrap();
-    let (fixed, _) = train_job(SHARD_JOB, &dir.path().join("fixed"), "memory", &[]);
-    assert_eq!(fixed["shard_changes"], serde_json::json!([]), "{fixed}");
-    let args = ["--standby-shards", "1", "--scale", SHARD_PLAN];
-    let (m, nodes) = train_job(SHARD_JOB, &dir.path().join("elastic"), "processes", &args);
     assert_eq!(m["final_shards"], serde_json::json!([0, 2]), "{m}");
-    assert_eq!(m["changes"], serde_json::json!([]), "{m}");
+    // w0, w1, w2, s0, s1 and s2.
+    assert!(nodes.len() >= 6, "node processes seen: {nodes:?}");
+    joined_then_left(&m, &fixed, nodes.clone(), "changes", (2, 0));
     joined_then_left(&m, &fixed, nodes, "shard_changes", (2, 1));
 }
 

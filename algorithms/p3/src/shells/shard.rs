@@ -468,6 +468,9 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
     Ok(())
 }
 
+/// How long a leaving shard stays after its last reply went out.
+const REPLY_GRACE: Duration = Duration::from_millis(500);
+
 /// A shard other than shard 0 (whose node runs the coordinator and stays) serves until the
 /// job's end, or, once its node is asked to leave, until it handed every slice over (or
 /// answered their last iteration): then its node leaves.
@@ -479,6 +482,10 @@ async fn serve_until_done(ctx: &NodeContext, me: usize, status: &ShardStatus) {
             let idle =
                 status.empty.load(Ordering::Acquire) && status.handing.load(Ordering::Acquire) == 0;
             if finished || idle {
+                // Its last replies travel on their own connections, the view without it on
+                // the coordinator's: a worker that heard of the leave first would fail the
+                // request still awaiting them.
+                tokio::time::sleep(REPLY_GRACE).await;
                 tracing::info!(shard = me, "p3 shard handed its slices over; leaving");
                 ctx.node.leave_when_done();
                 return;
