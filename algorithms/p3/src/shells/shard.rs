@@ -475,22 +475,27 @@ const REPLY_GRACE: Duration = Duration::from_millis(500);
 /// job's end, or, once its node is asked to leave, until it handed every slice over (or
 /// answered their last iteration): then its node leaves.
 async fn serve_until_done(ctx: &NodeContext, me: usize, status: &ShardStatus) {
+    let done = || {
+        let idle =
+            status.empty.load(Ordering::Acquire) && status.handing.load(Ordering::Acquire) == 0;
+        status.finished.load(Ordering::Acquire) || idle
+    };
     loop {
-        let finished = status.finished.load(Ordering::Acquire);
         if ctx.node.is_leave_requested() {
             status.leaving.store(true, Ordering::Release);
-            let idle =
-                status.empty.load(Ordering::Acquire) && status.handing.load(Ordering::Acquire) == 0;
-            if finished || idle {
+            if done() {
                 // Its last replies travel on their own connections, the view without it on
                 // the coordinator's: a worker that heard of the leave first would fail the
-                // request still awaiting them.
+                // request still awaiting them. A slice handed to it meanwhile (it was
+                // announced joining before it was asked to leave) keeps it.
                 tokio::time::sleep(REPLY_GRACE).await;
-                tracing::info!(shard = me, "p3 shard handed its slices over; leaving");
-                ctx.node.leave_when_done();
-                return;
+                if done() {
+                    tracing::info!(shard = me, "p3 shard handed its slices over; leaving");
+                    ctx.node.leave_when_done();
+                    return;
+                }
             }
-        } else if finished || status.told.load(Ordering::Acquire) {
+        } else if status.finished.load(Ordering::Acquire) || status.told.load(Ordering::Acquire) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
