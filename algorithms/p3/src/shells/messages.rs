@@ -72,7 +72,7 @@ remote_message!(PullSlice => SliceValues, "petrel.p3.pull");
 
 /// A shard hands a slice over to its owner of the next iteration
 /// ([`crate::core::SliceHandOff`]). Reply: the slice id.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct HandOver {
     /// The slice id.
     pub slice: u32,

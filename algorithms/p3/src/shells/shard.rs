@@ -216,16 +216,7 @@ impl ShardActor {
         let (timeout, fail, status) = (self.timeout, self.fail(""), self.status.clone());
         status.handing.fetch_add(1, Ordering::AcqRel);
         actix::spawn(async move {
-            let msg = || HandOver {
-                params: msg.params.clone(),
-                velocity: msg.velocity.clone(),
-                workers: msg.workers.clone(),
-                workers_left: msg.workers_left.clone(),
-                shards: msg.shards.clone(),
-                shards_left: msg.shards_left.clone(),
-                ..msg
-            };
-            let r = ask_started(&target, msg, Priority::HIGH, timeout).await;
+            let r = ask_started(&target, || msg.clone(), Priority::HIGH, timeout).await;
             answer(r.map(|_| ()).map_err(|e| {
                 HandlerError::new(format!("{fail}handing slice {slice} to shard {to}: {e}"))
             }));
