@@ -1,22 +1,23 @@
-//! P3 survives a standby worker joining and a worker leaving mid-run (`petrel train p3
-//! --net emulated --standby-workers 1 --scale ...`) on processes: the changes at iteration
-//! boundaries in the output, the fixed run's parameters bit for bit (the emulated model's
-//! gradients are equal, so their mean over any workers is the same), no node process left
-//! behind. A standby worker that never starts is not waited for; checkpoints with changes
-//! are refused before any node starts.
+//! P3 survives a standby worker and a standby shard joining and a worker and a shard
+//! leaving mid-run (`petrel train p3 --net emulated --standby-workers 1 --standby-shards 1
+//! --scale ...`) on processes: the changes at iteration boundaries in the output, the fixed
+//! run's parameters bit for bit (the emulated model's gradients are equal, so their mean
+//! over any workers is the same, and a slice's update does not depend on the shard that
+//! applies it), no node process left behind. A standby worker that never starts is not
+//! waited for; checkpoints with changes are refused before any node starts.
 
 use crate::common::{alive, children_of, failure, last_json_line, petrel_cmd};
 use std::path::Path;
 use std::time::Duration;
 
-/// 64 iterations of the emulated VGG-19 at 1/1000 on 2 workers and 2 shards: about 2 s of
-/// training on threads of a debug build, longer on processes.
+/// 96 iterations of the emulated VGG-19 at 1/1000, one sample each, on 2 workers and 2
+/// shards: about 2 s on threads of a debug build, 4 s on processes.
 const JOB: &str =
-    "--net emulated --train-data synthetic:256 --batch 8 --epochs 4 --workers 2 --shards 2";
+    "--net emulated --train-data synthetic:192 --batch 1 --epochs 1 --workers 2 --shards 2";
 
-/// `w2` starts 600 ms after the cluster formed, `w0` is asked to leave at 1.5 s (the
-/// coordinator runs on shard 0).
-const PLAN: &str = "at=600ms add w2; at=1500ms remove w0";
+/// `w2` and `s2` start 600 ms after the nodes, `w0` and `s1` are asked to leave at 1 s (the
+/// coordinator runs on `s0`).
+const PLAN: &str = "at=600ms add w2; at=600ms add s2; at=1000ms remove w0; at=1000ms remove s1";
 
 /// `petrel train p3` on `transport` with `args`: its final JSON line and the child
 /// processes seen while it ran.
@@ -48,37 +49,61 @@ fn train(out: &Path, transport: &str, args: &[&str]) -> (serde_json::Value, Vec<
     (last_json_line(&stdout), seen)
 }
 
-#[test]
-fn p3_workers_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
-    let dir = tempfile::tempdir().unwrap();
-    let (fixed, _) = train(&dir.path().join("fixed"), "memory", &[]);
-    assert_eq!(fixed["changes"], serde_json::json!([]), "{fixed}");
-    let args = ["--standby-workers", "1", "--scale", PLAN];
-    let (m, nodes) = train(&dir.path().join("elastic"), "processes", &args);
-    let changes = m["changes"].as_array().unwrap();
-    let at = |key: &str, worker: u64| {
-        changes
+/// `m`, a run whose `list` of changes has `joiner` joining then `leaver` leaving mid-run,
+/// ends with `fixed`'s parameters, saw at least 5 node processes and left none alive.
+fn joined_then_left(
+    m: &serde_json::Value,
+    fixed: &serde_json::Value,
+    nodes: Vec<u32>,
+    list: &str,
+    (joiner, leaver): (u64, u64),
+) {
+    let at = |key: &str, id: u64| {
+        m[list]
+            .as_array()?
             .iter()
-            .find(|c| c[key] == serde_json::json!([worker]))
+            .find(|c| c[key] == serde_json::json!([id]))
             .and_then(|c| c["iteration"].as_u64())
     };
-    let (Some(joined), Some(left)) = (at("joined", 2), at("left", 0)) else {
-        panic!("no join of worker 2 and leave of worker 0: {m}");
+    let (Some(joined), Some(left)) = (at("joined", joiner), at("left", leaver)) else {
+        panic!("no join of {joiner} and leave of {leaver} in {list}: {m}");
     };
     let iterations = m["iterations"].as_u64().unwrap();
     assert!(
         0 < joined && joined < left && left < iterations,
         "not a join then a leave mid-run: {m}"
     );
-    assert_eq!(m["final_workers"], serde_json::json!([1, 2]), "{m}");
     assert_eq!(
         m["params_digest"], fixed["params_digest"],
         "{m} against {fixed}"
     );
-    // Both shards, w0, w1 and the joiner w2.
+    // Two workers, two shards and the joiner.
     assert!(nodes.len() >= 5, "node processes seen: {nodes:?}");
     let orphans: Vec<u32> = nodes.into_iter().filter(|&p| alive(p)).collect();
     assert!(orphans.is_empty(), "orphans {orphans:?}");
+}
+
+#[test]
+fn p3_workers_and_shards_join_and_leave_on_processes_ending_with_the_fixed_runs_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fixed, _) = train(&dir.path().join("fixed"), "memory", &[]);
+    assert_eq!(fixed["changes"], serde_json::json!([]), "{fixed}");
+    assert_eq!(fixed["shard_changes"], serde_json::json!([]), "{fixed}");
+    let args = [
+        "--standby-workers",
+        "1",
+        "--standby-shards",
+        "1",
+        "--scale",
+        PLAN,
+    ];
+    let (m, nodes) = train(&dir.path().join("elastic"), "processes", &args);
+    assert_eq!(m["final_workers"], serde_json::json!([1, 2]), "{m}");
+    assert_eq!(m["final_shards"], serde_json::json!([0, 2]), "{m}");
+    // w0, w1, w2, s0, s1 and s2.
+    assert!(nodes.len() >= 6, "node processes seen: {nodes:?}");
+    joined_then_left(&m, &fixed, nodes.clone(), "changes", (2, 0));
+    joined_then_left(&m, &fixed, nodes, "shard_changes", (2, 1));
 }
 
 #[test]

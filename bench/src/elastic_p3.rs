@@ -1,8 +1,10 @@
 //! `petrel bench elastic`'s P3 app: the emulated VGG-19 at 1/1000 on 2 shards, run as
 //! `petrel train p3 --net emulated` runs it ([`petrel::train::p3::processes::run_job_with`]), once
 //! with a fixed membership and once with a standby worker joining and a worker leaving on
-//! the bench's plan. The emulated model's workers push equal gradients, so their mean is
-//! the same whatever the workers: `identical` compares the final parameters' digests, and
+//! the bench's plan, and a standby shard (`s2`) joining and `s1` leaving at the same times
+//! ([`with_shard_changes`]). The emulated model's workers push equal gradients, so their
+//! mean is the same whatever the workers, and a slice's update the same on any shard:
+//! `identical` compares the final parameters' digests, and
 //! `within_tolerance` is the same (the tolerance is 0); `objective_rel_diff` is 0 when
 //! they are identical.
 
@@ -20,7 +22,7 @@ struct Run {
     seconds: f64,
     /// The final parameters' digest of a worker that ran to the end.
     digest: String,
-    /// Joins and leaves its workers saw.
+    /// Joins and leaves of its workers and shards.
     changes: u64,
 }
 
@@ -68,17 +70,38 @@ fn summary(reports: &[WorkerReportFile], seconds: f64) -> Run {
     let last = reports
         .iter()
         .find(|r| r.final_workers.first() == Some(&r.worker));
-    let mut changes: Vec<_> = reports.iter().flat_map(|r| r.changes.clone()).collect();
-    changes.sort_by_key(|c| c.iteration);
-    changes.dedup();
+    let count = |list: fn(&WorkerReportFile) -> &[petrel_p3::core::RosterChange]| {
+        let mut changes: Vec<_> = reports.iter().flat_map(|r| list(r).to_vec()).collect();
+        changes.sort_by_key(|c| c.iteration);
+        changes.dedup();
+        changes
+            .iter()
+            .map(|c| (c.joined.len() + c.left.len()) as u64)
+            .sum::<u64>()
+    };
     Run {
         seconds,
         digest: last.map(|r| r.params_digest.clone()).unwrap_or_default(),
-        changes: changes
-            .iter()
-            .map(|c| (c.joined.len() + c.left.len()) as u64)
-            .sum(),
+        changes: count(|r| &r.changes) + count(|r| &r.shard_changes),
     }
+}
+
+/// `plan` with a shard change beside each worker change: `s2` (the standby shard) joins
+/// when a worker is added, `s1` leaves when one is removed (`s0` runs the coordinator).
+fn with_shard_changes(plan: &str) -> String {
+    let mut steps: Vec<String> = Vec::new();
+    for step in plan.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        steps.push(step.to_string());
+        let Some((at, change)) = step.split_once(' ') else {
+            continue;
+        };
+        match change.split_whitespace().next() {
+            Some("add") => steps.push(format!("{at} add s2")),
+            Some("remove") => steps.push(format!("{at} remove s1")),
+            _ => {}
+        }
+    }
+    steps.join("; ")
 }
 
 /// P3 with a fixed membership against a join and a leave.
@@ -87,7 +110,8 @@ pub(crate) fn compare(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
     let fixed = run_app(args, &dir("fixed"), Membership::default())?;
     let membership = Membership {
         standby_workers: 1,
-        scale: Some(args.plan.clone()),
+        standby_shards: 1,
+        scale: Some(with_shard_changes(&args.plan)),
         ..Membership::default()
     };
     let elastic = run_app(args, &dir("elastic"), membership)?;
@@ -117,4 +141,15 @@ pub(crate) fn compare(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
         hangs,
         rows: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shard_changes_follow_the_worker_changes() {
+        assert_eq!(
+            super::with_shard_changes("at=200ms add w2; at=700ms remove w0"),
+            "at=200ms add w2; at=200ms add s2; at=700ms remove w0; at=700ms remove s1"
+        );
+    }
 }

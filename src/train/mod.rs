@@ -95,6 +95,8 @@ pub struct ClusterArgs {
 pub struct Membership {
     /// Standby worker nodes (after the starting ones).
     pub standby_workers: usize,
+    /// Standby shard nodes (after the starting ones; `train p3`).
+    pub standby_shards: usize,
     /// `[cluster] scale`.
     pub scale: Option<String>,
     /// `[cluster] on_node_death`.
@@ -113,6 +115,7 @@ impl Membership {
             standby_workers: c.standby_workers,
             scale: c.scale.clone(),
             on_node_death: c.on_node_death,
+            ..Membership::default()
         };
         if m == Membership::default() {
             return Ok(m);

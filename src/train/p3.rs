@@ -111,7 +111,7 @@ pub fn default_hosts(
     if transport != JobTransport::Processes {
         return Ok(None);
     }
-    let n = cfg.workers + membership.standby_workers + cfg.shards;
+    let n = cfg.workers + membership.standby_workers + cfg.shards + membership.standby_shards;
     crate::launcher::default_netns()
         .map(|prefix| crate::netns::Hosts::existing(&prefix, n))
         .transpose()
@@ -133,8 +133,13 @@ pub struct P3TrainArgs {
     /// started (by `--scale`), at an iteration boundary.
     #[arg(long, default_value_t = 0)]
     pub standby_workers: usize,
+    /// Extra shard nodes marked standby (`s{shards}`...): they join when started (by
+    /// `--scale`) and take their share of the slices at an iteration boundary.
+    #[arg(long, default_value_t = 0)]
+    pub standby_shards: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=1s add w2; at=2s remove w0`: the
-    /// standby workers start and workers finish their iteration and leave at those times.
+    /// standby workers start and workers finish their iteration and leave at those times;
+    /// `add s2` and `remove s1` do the same for shards (all but `s0`, the coordinator's).
     #[arg(long, value_name = "PLAN")]
     pub scale: Option<String>,
     /// sequential, fifo or p3.
@@ -206,6 +211,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     })?;
     let membership = Membership {
         standby_workers: args.standby_workers,
+        standby_shards: args.standby_shards,
         scale: args.scale.clone(),
         ..Membership::default()
     };
@@ -311,6 +317,12 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
     let mut changes: Vec<_> = reports.iter().flat_map(|r| r.changes.clone()).collect();
     changes.sort_by_key(|c| c.iteration);
     changes.dedup();
+    let mut shard_changes: Vec<_> = reports
+        .iter()
+        .flat_map(|r| r.shard_changes.clone())
+        .collect();
+    shard_changes.sort_by_key(|c| c.iteration);
+    shard_changes.dedup();
     print_json(&serde_json::json!({
         "net": args.net,
         "mode": args.mode.name(),
@@ -321,6 +333,8 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
         "params_digest": r0.params_digest,
         "final_workers": r0.final_workers,
         "changes": changes,
+        "final_shards": r0.final_shards,
+        "shard_changes": shard_changes,
     }))
     .map_err(CliError::JsonOutput)?;
     Ok(())

@@ -257,6 +257,10 @@ pub struct P3WorkerReport {
     /// The workers at the job's end (without this one if it left): the first of them
     /// evaluates and saves the model.
     pub final_workers: Vec<usize>,
+    /// The changes of the shards it saw (ids of `p3-shard` nodes).
+    pub shard_changes: Vec<crate::core::RosterChange>,
+    /// The shards at the job's end.
+    pub final_shards: Vec<usize>,
 }
 
 impl P3WorkerReport {

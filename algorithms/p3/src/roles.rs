@@ -383,6 +383,12 @@ pub struct WorkerReportFile {
     /// The workers at the job's end ([`P3WorkerReport::final_workers`]).
     #[serde(default)]
     pub final_workers: Vec<usize>,
+    /// The changes of the shards it saw.
+    #[serde(default)]
+    pub shard_changes: Vec<RosterChange>,
+    /// The shards at the job's end.
+    #[serde(default)]
+    pub final_shards: Vec<usize>,
     /// Its final parameters' checksum ([`params_digest`]): equal digests, equal models.
     #[serde(default)]
     pub params_digest: String,
@@ -406,6 +412,8 @@ impl WorkerReportFile {
             start: r.start,
             changes: r.changes.clone(),
             final_workers: r.final_workers.clone(),
+            shard_changes: r.shard_changes.clone(),
+            final_shards: r.final_shards.clone(),
             params_digest: params_digest(&r.params),
         }
     }
@@ -464,26 +472,26 @@ pub fn params_digest(params: &[Vec<f32>]) -> String {
 /// Refuses the membership settings a P3 job cannot take. Workers join and leave (standby
 /// worker nodes, a scale plan); refused are `on_node_death = "leave"` (a dead worker never
 /// pushes, so every slice would wait for it), checkpoints with these settings (one file
-/// per worker of a fixed set) and standby shard nodes or a plan that removes a shard
-/// (the shards keep their slices for the whole job).
+/// per worker of a fixed set) and a plan that removes the first shard (it runs the
+/// coordinator). Shards join (standby nodes) and leave, their slices moving at an
+/// iteration boundary.
 pub fn check_membership(settings: &Settings, cfg: &P3Settings) -> Result<(), P3Error> {
     if !settings.allows_membership_changes() {
         return Ok(());
     }
-    let shards = settings
+    let shard_names: Vec<&str> = settings
         .nodes
         .iter()
-        .filter(|n| n.roles.iter().any(|r| r == SHARD_ROLE));
-    let shard_names: Vec<&str> = shards.clone().map(|n| n.name.as_str()).collect();
+        .filter(|n| n.roles.iter().any(|r| r == SHARD_ROLE))
+        .map(|n| n.name.as_str())
+        .collect();
     let plan = settings.scale_plan()?;
     let detail = if settings.cluster.on_node_death == petrel_actors::settings::OnNodeDeath::Leave {
         "on_node_death = \"leave\": a dead p3 worker never pushes its gradients, so every slice would wait for it; workers join and leave by standby nodes and a scale plan"
     } else if cfg.checkpoint_every > 0 && !cfg.checkpoint_dir.as_os_str().is_empty() {
         "checkpoints and p3 workers that join or leave do not mix: set checkpoint_every = 0"
-    } else if shards.clone().any(|n| n.standby)
-        || plan.removed().any(|(_, n)| shard_names.contains(&n))
-    {
-        "p3 shards keep their slices for the whole job: only p3-worker nodes may be standby or removed by the scale plan"
+    } else if plan.removed().any(|(_, n)| shard_names.first() == Some(&n)) {
+        "the first p3-shard node runs the coordinator and keeps slice 0: the scale plan may not remove it"
     } else {
         return Ok(());
     };

@@ -37,7 +37,8 @@ pub fn run_job(
     run_job_with(hosts, cfg, net, dir, limit, &fixed, JobTransport::Processes)
 }
 
-/// [`run_job`] with `membership`'s standby workers (after the starting ones, `w{n}`...) and
+/// [`run_job`] with `membership`'s standby workers (after the starting ones, `w{n}`...),
+/// standby shards (`s{n}`...) and
 /// scale plan, on `transport` (memory or QUIC: the nodes are threads of this process).
 /// Returns the report of every worker that ran, in worker order (a standby worker that
 /// never started has none).
@@ -60,6 +61,9 @@ pub fn run_job_with(
     for w in cfg.workers..all_workers {
         topo = topo.standby_node(&format!("w{w}"), &[WORKER_ROLE]);
     }
+    for s in cfg.shards..cfg.shards + membership.standby_shards {
+        topo = topo.standby_node(&format!("s{s}"), &[SHARD_ROLE]);
+    }
     let net = NetConfig {
         shaper: net.shaper.clone().filter(|_| hosts.is_none()),
         ..net.clone()
@@ -72,8 +76,8 @@ pub fn run_job_with(
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
             s.cluster.scale.clone_from(&membership.scale);
             if *membership != Membership::default() {
-                // Shards stay for the whole job: the coordinator's node, which cannot
-                // leave, is shard 0, so any worker may.
+                // The coordinator's node, which cannot leave, is shard 0 (it keeps slice
+                // 0), so any worker and any other shard may.
                 s.cluster.coordinator = Some("s0".into());
             }
             s.cluster.transport = transport.cluster_transport();

@@ -34,7 +34,7 @@ pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};
 pub use readiness::LayerReadiness;
 pub use roster::{Announce, RosterChange, WorkerRoster};
-pub use shard::{Applied, Pulled, SliceShardCore, SliceState, reference_step};
+pub use shard::{Applied, Pulled, SliceHandOff, SliceShardCore, SliceState, reference_step};
 pub use simulator::{SimConfig, SimReport, auto_slice_size, simulate};
 pub use slicing::{Slice, SlicePlan};
 pub use worker::SliceWorkerCore;

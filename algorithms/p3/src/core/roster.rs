@@ -28,6 +28,10 @@ pub struct Announce {
     pub leaving: bool,
     /// Workers it saw join the cluster that are not members yet.
     pub joiners: Vec<usize>,
+    /// Shards it saw join the cluster that serve no slice yet.
+    pub shards_joining: Vec<usize>,
+    /// Shards that said they leave (their nodes were asked to).
+    pub shards_leaving: Vec<usize>,
 }
 
 /// A change of the workers, as `metrics.json` lists it.
@@ -58,6 +62,22 @@ impl WorkerRoster {
     /// Whether `worker` is a member.
     pub fn contains(&self, worker: usize) -> bool {
         self.members.contains(&worker)
+    }
+
+    /// A roster of `members` after `departed` left.
+    pub fn from_parts(
+        members: impl IntoIterator<Item = usize>,
+        departed: impl IntoIterator<Item = usize>,
+    ) -> Self {
+        WorkerRoster {
+            members: members.into_iter().collect(),
+            departed: departed.into_iter().collect(),
+        }
+    }
+
+    /// Those that left, in id order.
+    pub fn departed(&self) -> &BTreeSet<usize> {
+        &self.departed
     }
 
     /// Whether `worker` left the job (it never comes back).
@@ -124,7 +144,25 @@ impl WorkerRoster {
                 .copied()
                 .filter(|w| !self.contains(*w) && !self.has_left(*w))
                 .collect(),
+            ..Announce::default()
         }
+    }
+
+    /// Read as the roster of shards: the announcement's shard part, given the shards in
+    /// the cluster now (`live`) and those that said they leave. Shard 0 runs the
+    /// coordinator and never leaves, so it keeps slice 0 and every plan has an owner.
+    pub fn shard_changes(
+        &self,
+        live: &[usize],
+        leaving: &BTreeSet<usize>,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let joining = self.announce(usize::MAX, false, live).joiners;
+        let left = leaving
+            .iter()
+            .copied()
+            .filter(|&s| s != 0 && self.contains(s))
+            .collect();
+        (joining, left)
     }
 }
 
@@ -179,7 +217,8 @@ mod tests {
             a,
             Announce {
                 leaving: false,
-                joiners: vec![2]
+                joiners: vec![2],
+                ..Announce::default()
             }
         );
         let two = WorkerRoster::new([0, 2]);
@@ -236,6 +275,7 @@ mod tests {
                 let announce = Announce {
                     joiners: if it == 0 && w == 1 { vec![2] } else { vec![] },
                     leaving: it == 1 && w == 0,
+                    ..Announce::default()
                 };
                 for s in plan.slices() {
                     let a = s.offset as usize;
@@ -260,15 +300,8 @@ mod tests {
                     start.push((2, s.id, a.start));
                 }
             }
-            let wg: Vec<Vec<Vec<f32>>> = workers
-                .iter()
-                .map(|&w| {
-                    counts
-                        .iter()
-                        .map(|&c| (0..c as usize).map(|i| grad(w, it, i)).collect())
-                        .collect()
-                })
-                .collect();
+            let wg =
+                crate::core::shard::tests::worker_grads(&counts, workers, |w, i| grad(w, it, i));
             reference_step(&opt, &mut ref_p, &mut ref_v, &wg).unwrap();
         }
         assert_eq!(start.len(), plan.slices().len());

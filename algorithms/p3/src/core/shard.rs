@@ -7,14 +7,14 @@
 //! Because every shard applies the same element-wise update to the same averaged
 //! gradient, the three modes compute identical parameters; only the timing differs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use petrel_ml::dnn::FlatSgdMomentum;
 use serde::{Deserialize, Serialize};
 
 use crate::core::error::P3CoreError;
 use crate::core::roster::{Announce, WorkerRoster};
-use crate::core::slicing::SlicePlan;
+use crate::core::slicing::{SlicePlan, owner};
 
 /// One slice's state in a shard's checkpoint file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +44,31 @@ struct ShardSlice {
     leaving: BTreeSet<usize>,
     /// Joiners waiting for the values they start from.
     pulls: BTreeSet<usize>,
+    /// The shards serving the slices at `iter` (see [`owner`]), and those announced
+    /// joining and leaving after it: they move like the workers' roster.
+    shards: WorkerRoster,
+    shards_joining: BTreeSet<usize>,
+    shards_leaving: BTreeSet<usize>,
+}
+
+/// A slice leaving its shard at an iteration boundary: everything its new owner needs to
+/// go on as if it had always held it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceHandOff {
+    /// The new owner.
+    pub to: usize,
+    /// The slice id.
+    pub slice: usize,
+    /// The iteration it collects next.
+    pub iter: u64,
+    /// Its parameters and momentum.
+    pub params: Vec<f32>,
+    /// Its momentum.
+    pub velocity: Vec<f32>,
+    /// The workers of `iter` and those that left.
+    pub workers: WorkerRoster,
+    /// The shards of `iter` and those that left.
+    pub shards: WorkerRoster,
 }
 
 /// A slice's values after an update, and the workers of the iteration they start.
@@ -57,6 +82,11 @@ pub struct Applied {
     pub members: Vec<usize>,
     /// Joiners whose pull of this slice these values answer.
     pub pulls: Vec<usize>,
+    /// The shards of iteration `iter + 1`, ascending.
+    pub shards: Vec<usize>,
+    /// The slice moved to another shard for `iter + 1`: the shell hands it over before
+    /// it answers the workers, so their next pushes find it there.
+    pub handoff: Option<SliceHandOff>,
 }
 
 /// The parameter slices of one server shard.
@@ -69,6 +99,12 @@ pub struct SliceShardCore {
     end: u64,
     opt: FlatSgdMomentum,
     slices: HashMap<usize, ShardSlice>,
+    /// Slices in the plan (ids below it may be handed to this shard).
+    n_plan_slices: usize,
+    /// Pulls of slices this shard is about to receive, by slice.
+    held: BTreeMap<usize, BTreeSet<usize>>,
+    /// Slices handed away: a pull of one is a mistake, not a wait.
+    gone: BTreeSet<usize>,
 }
 
 impl SliceShardCore {
@@ -81,6 +117,12 @@ impl SliceShardCore {
         n_workers: usize,
         opt: FlatSgdMomentum,
     ) -> Result<Self, P3CoreError> {
+        if shard >= plan.n_shards() {
+            return Err(P3CoreError::ShardOutOfRange {
+                shard,
+                n_shards: plan.n_shards(),
+            });
+        }
         Self::elastic(
             plan,
             shard,
@@ -91,7 +133,9 @@ impl SliceShardCore {
     }
 
     /// Like [`SliceShardCore::new`] for a job whose workers may change: ids `0..capacity`,
-    /// of which `members` start (the others join later, see [`crate::core::roster`]).
+    /// of which `members` start (the others join later, see [`crate::core::roster`]). The
+    /// shards `0..plan.n_shards()` start; a `shard` past them is a standby one that starts
+    /// empty and receives its slices when it joins.
     pub fn elastic(
         plan: &SlicePlan,
         shard: usize,
@@ -108,13 +152,8 @@ impl SliceShardCore {
                 n_workers: capacity,
             });
         }
-        if shard >= plan.n_shards() {
-            return Err(P3CoreError::ShardOutOfRange {
-                shard,
-                n_shards: plan.n_shards(),
-            });
-        }
         let roster = WorkerRoster::new(members.iter().copied());
+        let shards = WorkerRoster::new(0..plan.n_shards());
         let slices = plan
             .shard_slices(shard)
             .map(|s| {
@@ -132,6 +171,9 @@ impl SliceShardCore {
                         joiners: BTreeSet::new(),
                         leaving: BTreeSet::new(),
                         pulls: BTreeSet::new(),
+                        shards: shards.clone(),
+                        shards_joining: BTreeSet::new(),
+                        shards_leaving: BTreeSet::new(),
                     },
                 )
             })
@@ -142,6 +184,9 @@ impl SliceShardCore {
             end: u64::MAX,
             opt,
             slices,
+            n_plan_slices: plan.slices().len(),
+            held: BTreeMap::new(),
+            gone: BTreeSet::new(),
         })
     }
 
@@ -152,6 +197,11 @@ impl SliceShardCore {
         self
     }
 
+    /// The job's iterations (`u64::MAX` unless [`SliceShardCore::ending_at`] set them).
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
     /// This shard's index.
     pub fn shard(&self) -> usize {
         self.shard
@@ -160,6 +210,11 @@ impl SliceShardCore {
     /// Number of slices this shard owns.
     pub fn n_slices(&self) -> usize {
         self.slices.len()
+    }
+
+    /// Whether this shard owns slices and every one is past the job's last iteration.
+    pub fn finished(&self) -> bool {
+        !self.slices.is_empty() && self.slices.values().all(|s| s.iter >= self.end)
     }
 
     fn slice_mut(&mut self, slice: usize) -> Result<&mut ShardSlice, P3CoreError> {
@@ -324,6 +379,8 @@ impl SliceShardCore {
         s.received += 1;
         s.joiners
             .extend(announce.joiners.iter().filter(|&&w| w < capacity));
+        s.shards_joining.extend(&announce.shards_joining);
+        s.shards_leaving.extend(&announce.shards_leaving);
         if announce.leaving {
             s.leaving.insert(worker);
         }
@@ -346,6 +403,13 @@ impl SliceShardCore {
         s.leaving.clear();
         s.iter += 1;
         let done = s.iter >= end;
+        // No shard change after the last iteration: nothing would be pushed to it.
+        let next = s.shards.next(&s.shards_joining, &s.shards_leaving);
+        if !done && !next.is_empty() {
+            s.shards = next;
+        }
+        s.shards_joining.clear();
+        s.shards_leaving.clear();
         let roster = &s.roster;
         let pulls: Vec<usize> = s
             .pulls
@@ -356,12 +420,75 @@ impl SliceShardCore {
         pulls.iter().for_each(|w| {
             s.pulls.remove(w);
         });
-        Ok(Some(Applied {
+        let shards: Vec<usize> = s.shards.members().iter().copied().collect();
+        let mut applied = Applied {
             iter,
             values: s.params.clone(),
             members: s.roster.members().iter().copied().collect(),
             pulls,
-        }))
+            shards,
+            handoff: None,
+        };
+        let to = owner(slice, &applied.shards);
+        if to != self.shard
+            && let Some(s) = self.slices.remove(&slice)
+        {
+            self.gone.insert(slice);
+            applied.handoff = Some(SliceHandOff {
+                to,
+                slice,
+                iter: s.iter,
+                params: s.params,
+                velocity: s.velocity,
+                workers: s.roster,
+                shards: s.shards,
+            });
+        }
+        Ok(Some(applied))
+    }
+
+    /// Takes over a slice another shard handed over; answers the pulls of it held here
+    /// (by worker) that it can.
+    pub fn receive(&mut self, h: SliceHandOff) -> Result<Vec<(usize, Pulled)>, P3CoreError> {
+        let (id, len) = (h.slice, h.params.len());
+        if id >= self.n_plan_slices || h.to != self.shard {
+            return Err(P3CoreError::NotOwned {
+                shard: self.shard,
+                slice: id,
+            });
+        }
+        if h.velocity.len() != len {
+            return Err(P3CoreError::Length {
+                slice: id,
+                expected: len,
+                got: h.velocity.len(),
+            });
+        }
+        let slice = ShardSlice {
+            params: h.params,
+            velocity: h.velocity,
+            initialised: true,
+            iter: h.iter,
+            grads: vec![None; self.capacity],
+            received: 0,
+            roster: h.workers,
+            joiners: BTreeSet::new(),
+            leaving: BTreeSet::new(),
+            pulls: BTreeSet::new(),
+            shards: h.shards,
+            shards_joining: BTreeSet::new(),
+            shards_leaving: BTreeSet::new(),
+        };
+        self.slices.insert(id, slice);
+        self.gone.remove(&id);
+        let mut answered = Vec::new();
+        for w in self.held.remove(&id).unwrap_or_default() {
+            // A worker that left meanwhile gets no values (it asks no more).
+            if let Ok(Some(p)) = self.pull(w, id) {
+                answered.push((w, p));
+            }
+        }
+        Ok(answered)
     }
 
     /// A worker asks for the values it starts from: answered at once when it is a member
@@ -375,6 +502,14 @@ impl SliceShardCore {
                 worker,
                 n_workers: capacity,
             });
+        }
+        if !self.slices.contains_key(&slice)
+            && !self.gone.contains(&slice)
+            && slice < self.n_plan_slices
+        {
+            // Moving here at the boundary the worker starts from: held until it arrives.
+            self.held.entry(slice).or_default().insert(worker);
+            return Ok(None);
         }
         let s = self.slice_mut(slice)?;
         if s.roster.has_left(worker) {
@@ -393,6 +528,7 @@ impl SliceShardCore {
             start: s.iter,
             values: s.params.clone(),
             members: s.roster.members().iter().copied().collect(),
+            shards: s.shards.members().iter().copied().collect(),
         }))
     }
 }
@@ -406,6 +542,8 @@ pub struct Pulled {
     pub values: Vec<f32>,
     /// The workers of iteration `start`, in worker order.
     pub members: Vec<usize>,
+    /// The shards of iteration `start`, ascending.
+    pub shards: Vec<usize>,
 }
 
 impl From<&Applied> for Pulled {
@@ -415,6 +553,7 @@ impl From<&Applied> for Pulled {
             start: a.iter + 1,
             values: a.values.clone(),
             members: a.members.clone(),
+            shards: a.shards.clone(),
         }
     }
 }
@@ -449,4 +588,4 @@ pub fn reference_step(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

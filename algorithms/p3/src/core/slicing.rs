@@ -14,6 +14,13 @@ use petrel_messages::Priority;
 use crate::core::error::P3CoreError;
 use crate::core::mode::Mode;
 
+/// The shard that owns slice `id` while `shards` (ascending) serve the job: round-robin
+/// over them, as [`SlicePlan::new`] assigns over `0..n_shards`, so every node derives the
+/// same owners from the same shard list. Shard 0 never leaves, so it keeps slice 0.
+pub fn owner(id: usize, shards: &[usize]) -> usize {
+    shards.get(id % shards.len().max(1)).copied().unwrap_or(0)
+}
+
 /// A contiguous piece of one layer's flat parameter tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Slice {
@@ -221,6 +228,14 @@ mod tests {
     }
 
     #[test]
+    fn owners_follow_the_shard_list() {
+        assert_eq!(owner(4, &[0, 2, 3]), 2);
+        assert_eq!(owner(3, &[0, 2, 3]), 0);
+        assert_eq!(owner(0, &[0, 5]), 0);
+        assert_eq!(owner(7, &[]), 0);
+    }
+
+    #[test]
     fn fifo_plan_is_whole_layers_equal_priority() {
         let plan = SlicePlan::with_mode(Mode::Fifo, &[5, 7, 0], 2, 3).unwrap();
         assert_eq!(rows(&plan), vec![(0, 0, 5, 0, 0), (1, 0, 7, 1, 0)]);
@@ -269,8 +284,10 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(next, c);
             }
+            let all: Vec<usize> = (0..shards).collect();
             for s in plan.slices() {
                 proptest::prop_assert_eq!(s.shard, s.id % shards);
+                proptest::prop_assert_eq!(owner(s.id, &all), s.shard);
             }
         }
     }

@@ -16,6 +16,12 @@ fn report_file_measures_iterations_and_round_trips() {
             left: vec![],
         }],
         final_workers: vec![0, 2],
+        shard_changes: vec![RosterChange {
+            iteration: 5,
+            joined: vec![],
+            left: vec![1],
+        }],
+        final_shards: vec![0],
         params_digest: params_digest(&[vec![1.0, 2.0]]),
     };
     assert_eq!(f.secs_per_iter(1), Some(0.5));
@@ -176,8 +182,8 @@ fn params_digest_tells_models_apart_bit_for_bit() {
     assert_eq!(a.len(), 16);
 }
 
-/// Workers join and leave; a dead member counted as a leave, checkpoints with changes and
-/// shards that change are refused, each with its reason.
+/// Workers and shards join and leave; a dead member counted as a leave, checkpoints with
+/// changes and a plan removing the coordinator's shard are refused, each with its reason.
 #[test]
 fn membership_settings_p3_cannot_take_are_refused() {
     let settings = |standby: &str, scale: Option<&str>, leave: bool| {
@@ -217,8 +223,8 @@ fn membership_settings_p3_cannot_take_are_refused() {
     };
     let ck = reason(&join_leave, &saving).unwrap();
     assert!(ck.contains("checkpoint_every = 0"), "{ck}");
-    let shard = reason(&settings("s1", None, false), &cfg).unwrap();
-    assert!(shard.contains("shards"), "{shard}");
+    let shards = settings("s1", Some("at=1s add s1; at=2s remove s1"), false);
+    assert_eq!(reason(&shards, &cfg), None);
     let removed = reason(&settings("", Some("at=1s remove s0"), false), &cfg).unwrap();
-    assert!(removed.contains("shards"), "{removed}");
+    assert!(removed.contains("coordinator"), "{removed}");
 }

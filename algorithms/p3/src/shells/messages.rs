@@ -23,10 +23,16 @@ pub struct PushGrad {
     /// Workers it saw join that are not members yet.
     #[serde(default)]
     pub joiners: Vec<u32>,
+    /// Shards it saw join that serve no slice yet.
+    #[serde(default)]
+    pub shards_joining: Vec<u32>,
+    /// Shards that said they leave.
+    #[serde(default)]
+    pub shards_leaving: Vec<u32>,
 }
 
 /// A slice's parameters after the update of iteration `iter`.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct SliceValues {
     /// The iteration whose gradients were applied.
     pub iter: u64,
@@ -38,6 +44,15 @@ pub struct SliceValues {
     /// The workers of iteration `iter + 1`, in worker order.
     #[serde(default)]
     pub workers: Vec<u32>,
+    /// The shards of iteration `iter + 1`, ascending (they own the slices then).
+    #[serde(default)]
+    pub shards: Vec<u32>,
+    /// The answering shard.
+    #[serde(default)]
+    pub shard: u32,
+    /// The answering shard's node was asked to leave: the workers announce it.
+    #[serde(default)]
+    pub shard_leaving: bool,
 }
 
 remote_message!(PushGrad => SliceValues, "petrel.p3.push", payload = grad);
@@ -54,6 +69,42 @@ pub struct PullSlice {
 }
 
 remote_message!(PullSlice => SliceValues, "petrel.p3.pull");
+
+/// A shard hands a slice over to its owner of the next iteration
+/// ([`crate::core::SliceHandOff`]). Reply: the slice id.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct HandOver {
+    /// The slice id.
+    pub slice: u32,
+    /// The iteration it collects next.
+    pub iter: u64,
+    /// Its parameters.
+    #[serde(with = "f32_bytes")]
+    pub params: Vec<f32>,
+    /// Its momentum.
+    #[serde(with = "f32_bytes")]
+    pub velocity: Vec<f32>,
+    /// The workers of `iter`.
+    pub workers: Vec<u32>,
+    /// The workers that left.
+    pub workers_left: Vec<u32>,
+    /// The shards of `iter`.
+    pub shards: Vec<u32>,
+    /// The shards that left.
+    pub shards_left: Vec<u32>,
+}
+
+remote_message!(HandOver => u32, "petrel.p3.hand-over", payload = params);
+
+/// Shard 0 tells the other shards the job's last iteration is applied, so one that holds
+/// no slice stops waiting for any. Reply: the job's iterations.
+#[derive(Serialize, Deserialize)]
+pub struct ShardsDone {
+    /// The job's iterations.
+    pub iterations: u64,
+}
+
+remote_message!(ShardsDone => u64, "petrel.p3.shards-done");
 
 /// Initial values of a slice (sent once by worker 0 before training). Reply: the slice id.
 #[derive(Serialize, Deserialize)]

@@ -8,13 +8,14 @@ use petrel_actors::{ActorRef, AskError, HandlerError, Msg, NodeContext};
 use petrel_messages::Priority;
 
 use crate::checkpoint::{CheckpointConfig, CheckpointPolicy, write_manifest, write_worker_file};
+use crate::core::slicing::owner;
 use crate::core::{Announce, RosterChange, SliceWorkerCore, WorkerRoster};
 use crate::error::P3Error;
 use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel, StepStats};
 use crate::shells::index_in;
 use crate::shells::messages::{PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved};
-use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE, starting_workers};
-use crate::shells::start::{init_shards, live_workers, pull_params, resume_state};
+use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE, starting_in};
+use crate::shells::start::{init_shards, live_in, pull_params, resume_state};
 
 /// The actor on worker 0 that hears which checkpoint files the other workers wrote.
 pub const CHECKPOINT_ACTOR: &str = "p3-checkpoint";
@@ -45,7 +46,10 @@ pub const WORKER_ROLE: &str = "p3-worker";
 type Arrival = (usize, u64, Result<SliceValues, AskError>);
 
 struct Pusher {
+    /// Every shard of the job (standby ones too), by shard id.
     shards: Vec<ActorRef<PushGrad>>,
+    /// The shards of the iteration being pushed: they own its slices ([`owner`]).
+    owners: Vec<usize>,
     tx: tokio::sync::mpsc::UnboundedSender<Arrival>,
     worker: u32,
     timeout: Duration,
@@ -96,13 +100,11 @@ impl Pusher {
         grad: &[f32],
     ) -> Result<(), P3Error> {
         for (s, values) in core.grad_slices(unit, grad)? {
+            let shard = owner(s.id, &self.owners);
             let target = self
                 .shards
-                .get(s.shard)
-                .ok_or(P3Error::UnknownShard {
-                    slice: s.id,
-                    shard: s.shard,
-                })?
+                .get(shard)
+                .ok_or(P3Error::UnknownShard { slice: s.id, shard })?
                 .clone();
             let bytes = values.len() as u64 * 4;
             self.bytes += bytes;
@@ -112,7 +114,9 @@ impl Pusher {
                 slice: s.id as u32,
                 grad: values,
                 leaving: self.announce.leaving,
-                joiners: self.announce.joiners.iter().map(|&w| w as u32).collect(),
+                joiners: ids(&self.announce.joiners),
+                shards_joining: ids(&self.announce.shards_joining),
+                shards_leaving: ids(&self.announce.shards_leaving),
             };
             let (tx, timeout, wire) = (self.tx.clone(), self.timeout, self.wire.clone());
             let node = wire.borrow().node.clone();
@@ -135,6 +139,10 @@ impl Pusher {
         }
         Ok(())
     }
+}
+
+fn ids(xs: &[usize]) -> Vec<u32> {
+    xs.iter().map(|&x| x as u32).collect()
 }
 
 /// A worker's run: its model, engine and clock (model errors name the worker `me`).
@@ -162,6 +170,10 @@ struct Worker<M> {
     roster_iter: u64,
     /// The changes of the workers this worker saw.
     changes: Vec<RosterChange>,
+    /// The shards of iteration `roster_iter`, their changes, and those that said they leave.
+    shards: WorkerRoster,
+    shard_changes: Vec<RosterChange>,
+    shards_leaving: std::collections::BTreeSet<usize>,
 }
 
 impl<M: StageModel> Worker<M> {
@@ -184,7 +196,14 @@ impl<M: StageModel> Worker<M> {
         if round > self.roster_iter && !v.workers.is_empty() {
             let members: Vec<usize> = v.workers.iter().map(|&w| w as usize).collect();
             self.changes.extend(self.roster.adopt(round, &members));
+            let shards: Vec<usize> = v.shards.iter().map(|&s| s as usize).collect();
+            if !shards.is_empty() {
+                self.shard_changes.extend(self.shards.adopt(round, &shards));
+            }
             self.roster_iter = round;
+        }
+        if v.shard_leaving {
+            self.shards_leaving.insert(v.shard as usize);
         }
         if let Some(unit) = self.core.receive(round, slice, &v.values)?
             && let Some(values) = self.core.layer_params(unit)
@@ -397,10 +416,11 @@ pub async fn worker_role<M: StageModel>(
     let me = index_in(&ctx, WORKER_ROLE)?;
     let plan = job.plan()?;
     let shard_nodes = ctx.nodes_with_role(SHARD_ROLE);
-    if shard_nodes.len() != job.n_shards {
+    let (_, starting_shards) = starting_in(&ctx, SHARD_ROLE);
+    if starting_shards.len() != job.n_shards {
         return Err(P3Error::ShardCount {
             job: job.n_shards,
-            cluster: shard_nodes.len(),
+            cluster: starting_shards.len(),
         });
     }
     let mut model = factory(me).map_err(|e| P3Error::model(me, e))?;
@@ -413,12 +433,14 @@ pub async fn worker_role<M: StageModel>(
     }
     let saving = job.checkpoint.clone().filter(|c| c.every > 0);
     let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
-    let (start, params, stats, roster) = if ctx.settings.allows_membership_changes() {
+    let (start, params, stats, roster, shards) = if ctx.settings.allows_membership_changes() {
         // No start-up barrier a joiner would hold up: every worker pulls the values it
         // starts from (a starting one at iteration 0).
-        let (start, params, members) = pull_params(&ctx, &job, &plan, &shard_nodes, me).await?;
-        tracing::info!(worker = me, start, ?members, "p3 worker starts");
-        (start, params, Vec::new(), WorkerRoster::new(members))
+        let (start, params, members, shards) =
+            pull_params(&ctx, &job, &plan, &shard_nodes, me).await?;
+        tracing::info!(worker = me, start, ?members, ?shards, "p3 worker starts");
+        let (workers, shards) = (WorkerRoster::new(members), WorkerRoster::new(shards));
+        (start, params, Vec::new(), workers, shards)
     } else {
         let (start, params, stats) = resume_state(&job, &plan, me)?;
         if me == 0 && saving.is_some() {
@@ -432,20 +454,22 @@ pub async fn worker_role<M: StageModel>(
             init_shards(&ctx, &job, &shard_nodes).await?;
         }
         ctx.barrier("p3.init").await?;
-        let (_, starting) = starting_workers(&ctx);
-        (start, params, stats, WorkerRoster::new(starting))
+        let (_, starting) = starting_in(&ctx, WORKER_ROLE);
+        let shards = WorkerRoster::new(starting_shards);
+        (start, params, stats, WorkerRoster::new(starting), shards)
     };
     let core = SliceWorkerCore::new(plan, params)?;
     for (u, v) in core.params().iter().enumerate() {
         model.set_tensor(u, v).map_err(|e| P3Error::model(me, e))?;
     }
-    let shards: Vec<ActorRef<PushGrad>> = shard_nodes
+    let refs: Vec<ActorRef<PushGrad>> = shard_nodes
         .iter()
         .map(|n| ctx.node.actor_at::<PushGrad>(n, SHARD_ACTOR))
         .collect::<Result<_, _>>()?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Arrival>();
     let pusher = Pusher {
-        shards,
+        shards: refs,
+        owners: Vec::new(),
         tx,
         worker: me as u32,
         timeout: job.ask_timeout,
@@ -472,6 +496,9 @@ pub async fn worker_role<M: StageModel>(
         roster,
         roster_iter: start,
         changes: Vec::new(),
+        shards,
+        shard_changes: Vec::new(),
+        shards_leaving: Default::default(),
     };
     let marks = w.train(&ctx, start, saving, progress).await?;
     // Once per job: the last update has no loss after it, and an emulated model has none.
@@ -494,6 +521,8 @@ pub async fn worker_role<M: StageModel>(
         ready_order: w.ready_order,
         changes: w.changes,
         final_workers: w.roster.members().iter().copied().collect(),
+        shard_changes: w.shard_changes,
+        final_shards: w.shards.members().iter().copied().collect(),
     })
 }
 
@@ -531,10 +560,16 @@ impl<M: StageModel> Worker<M> {
                     .point(node, "loss", elapsed, f64::from(s.loss));
             }
             self.stats.push(step);
-            let live = live_workers(ctx);
+            let live = live_in(ctx, WORKER_ROLE);
             self.pusher.announce = self
                 .roster
                 .announce(me, ctx.node.is_leave_requested(), &live);
+            let live = live_in(ctx, SHARD_ROLE);
+            (
+                self.pusher.announce.shards_joining,
+                self.pusher.announce.shards_leaving,
+            ) = self.shards.shard_changes(&live, &self.shards_leaving);
+            self.pusher.owners = self.shards.members().iter().copied().collect();
             self.core.begin_round(iter + 1);
             self.backward(iter).await?;
             if let Some(p) = &progress {

@@ -2,6 +2,19 @@ use super::*;
 use crate::core::mode::Mode;
 use crate::core::worker::SliceWorkerCore;
 
+/// Every worker's whole gradient, `grad(worker, index)` per parameter of each layer.
+pub(crate) fn worker_grads(
+    counts: &[u64],
+    workers: &[usize],
+    grad: impl Fn(usize, usize) -> f32,
+) -> Vec<Vec<Vec<f32>>> {
+    let layer = |w, c: u64| (0..c as usize).map(|i| grad(w, i)).collect();
+    workers
+        .iter()
+        .map(|&w| counts.iter().map(|&c| layer(w, c)).collect())
+        .collect()
+}
+
 fn opt() -> FlatSgdMomentum {
     FlatSgdMomentum::new(0.1, 0.9)
 }
@@ -154,4 +167,121 @@ fn shards_reproduce_reference_for_every_mode() {
             assert_eq!(w.params(), ref_p.as_slice(), "mode {mode:?}");
         }
     }
+}
+
+/// Shard 2 joins after iteration 1 (with worker 2) and shard 1 leaves after iteration 3,
+/// told by the pushes: every slice changes owner at the same boundary, a moved slice's
+/// values and momentum reach its new owner, the joiner's pulls (some held at a new owner
+/// until the slice arrives) all start it at iteration 2, the leaver ends with nothing, and
+/// the parameters are the reference's bit for bit.
+#[test]
+fn shards_join_and_leave_at_boundaries_and_match_the_reference() {
+    use crate::core::slicing::owner;
+    let counts = [5u64, 3];
+    let plan = SlicePlan::new(&counts, 2, 2).unwrap();
+    let (end, n) = (6u64, plan.slices().len());
+    let mut cores: Vec<SliceShardCore> = (0..3)
+        .map(|s| {
+            SliceShardCore::elastic(&plan, s, 3, &[0, 1], opt())
+                .unwrap()
+                .ending_at(end)
+        })
+        .collect();
+    assert_eq!(cores[2].n_slices(), 0);
+    let init: Vec<Vec<f32>> = counts.iter().map(|&c| vec![0.5; c as usize]).collect();
+    for s in plan.slices() {
+        let a = s.offset as usize;
+        let v = init[s.layer][a..a + s.len as usize].to_vec();
+        cores[s.shard].init_slice(s.id, v).unwrap();
+    }
+    let grad =
+        |w: usize, it: u64, i: usize| (w as f32 + 1.0) * 0.01 + it as f32 * 0.003 + i as f32 * 1e-4;
+    let (mut ref_p, mut ref_v) = (init.clone(), vec![vec![0.0; 5], vec![0.0; 3]]);
+    let (mut shards, mut workers) = (vec![0usize, 1], vec![0usize, 1]);
+    let mut seen_shards = Vec::new();
+    let mut joiner = Vec::new();
+    let mut after_1 = Vec::new();
+    for it in 0..end {
+        let mut next = None;
+        for &w in workers.iter().rev() {
+            let announce = Announce {
+                joiners: if it == 1 && w == 1 { vec![2] } else { vec![] },
+                shards_joining: if it == 1 && w == 0 { vec![2] } else { vec![] },
+                shards_leaving: if it == 3 && w == 1 { vec![1] } else { vec![] },
+                ..Announce::default()
+            };
+            for s in plan.slices() {
+                let a = s.offset as usize;
+                let g = (a..a + s.len as usize).map(|i| grad(w, it, i)).collect();
+                let at = owner(s.id, &shards);
+                let Some(out) = cores[at].push(it, w, s.id, g, &announce).unwrap() else {
+                    continue;
+                };
+                assert_eq!(*next.get_or_insert(out.shards.clone()), out.shards);
+                let from = Pulled::from(&out);
+                joiner.extend(out.pulls.iter().map(|_| (s.id, from.clone())));
+                if let Some(h) = out.handoff {
+                    assert_eq!(h.to, owner(s.id, &out.shards));
+                    let to = h.to;
+                    joiner.extend(
+                        cores[to]
+                            .receive(h)
+                            .unwrap()
+                            .into_iter()
+                            .map(|(_, p)| (s.id, p)),
+                    );
+                }
+                if it == 1 && s.id == 0 {
+                    // The joiner, a member of iteration 2 now, pulls every other slice
+                    // from its owner at 2: some have not completed 1 (held), some moved.
+                    for o in &plan.slices()[1..] {
+                        let at2 = owner(o.id, &out.shards);
+                        if let Some(p) = cores[at2].pull(2, o.id).unwrap() {
+                            joiner.push((o.id, p));
+                        }
+                    }
+                }
+            }
+        }
+        if it == 0 {
+            assert_eq!(cores[0].pull(2, 0).unwrap(), None);
+        }
+        let wg = worker_grads(&counts, &workers, |w, i| grad(w, it, i));
+        reference_step(&opt(), &mut ref_p, &mut ref_v, &wg).unwrap();
+        if it == 1 {
+            after_1 = ref_p.clone();
+            workers = vec![0, 1, 2];
+        }
+        shards = next.unwrap();
+        seen_shards.push(shards.clone());
+    }
+    assert_eq!(
+        seen_shards,
+        [
+            vec![0, 1],
+            vec![0, 1, 2],
+            vec![0, 1, 2],
+            vec![0, 2],
+            vec![0, 2],
+            vec![0, 2]
+        ]
+    );
+    assert_eq!(joiner.len(), n, "{joiner:?}");
+    for (id, p) in &joiner {
+        let s = plan.slice(*id).unwrap();
+        let a = s.offset as usize;
+        assert_eq!((p.start, &p.shards), (2, &vec![0, 1, 2]));
+        assert_eq!(p.values, after_1[s.layer][a..a + s.len as usize]);
+    }
+    assert_eq!(cores[1].n_slices(), 0, "the leaver handed everything over");
+    assert!(cores[0].finished() && cores[2].finished() && !cores[1].finished());
+    for s in plan.slices() {
+        let a = s.offset as usize;
+        let at = owner(s.id, &shards);
+        let want = &ref_p[s.layer][a..a + s.len as usize];
+        assert_eq!(cores[at].params(s.id).unwrap(), want, "slice {}", s.id);
+    }
+    // A slice handed away is no longer pulled here.
+    let moved = plan.slices().iter().find(|s| s.shard == 1).unwrap();
+    assert!(cores[1].pull(0, moved.id).is_err());
 }
