@@ -5,3 +5,5 @@ pub mod lasso;
 pub mod lda;
 pub mod logistic;
 pub mod mf;
+#[cfg(test)]
+mod ring_changes;

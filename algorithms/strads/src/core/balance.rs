@@ -403,6 +403,18 @@ pub fn gate(
     dealer.map_or(DealGate::Proceed, |d| d.gate(round, deal_in_flight, idle))
 }
 
+/// Contiguous ranges of `shares` units, in order.
+pub fn ranges_of(shares: &[u64]) -> Vec<Range<u64>> {
+    let mut start = 0;
+    shares
+        .iter()
+        .map(|&n| {
+            start += n;
+            start - n..start
+        })
+        .collect()
+}
+
 /// The order in which units (documents, users) of a static split are dealt under
 /// `balance = "dynamic"`: by static owner (`owner[u]`), then id, so each worker's static
 /// units are one contiguous range and a re-deal moves the ranges' boundaries. Returns

@@ -583,5 +583,8 @@ impl LdaCluster {
     }
 }
 
+mod epoch;
+pub use epoch::{rows_by_word, split_rows};
+
 #[cfg(test)]
 mod tests;

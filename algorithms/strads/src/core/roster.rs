@@ -52,6 +52,46 @@ impl Reshape {
     }
 }
 
+/// Where a change of a ring app's workers is (strads-mf, LDA): at a boundary a Collect
+/// round gathers the model, then the epoch round re-forms the ring over the workers of
+/// the moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RingChange {
+    /// The next round gathers the model.
+    pub gather_next: bool,
+    /// The gathering round is in flight.
+    pub gathering: bool,
+    /// The model is gathered: the epoch round is due.
+    pub gathered: bool,
+    /// The epoch round is in flight.
+    pub epoch: bool,
+    /// The ring of the gathered model (its epoch when the change went away meanwhile).
+    pub ring: Vec<String>,
+}
+
+impl RingChange {
+    /// `change` at a boundary: `true` once the model is gathered (the epoch round is
+    /// due); else the next round gathers it from the ring of the moment (the dealt
+    /// workers that did not join).
+    pub fn gathered_for(&mut self, change: &Reshape) -> bool {
+        if self.gathered {
+            return true;
+        }
+        self.gather_next = true;
+        self.ring = (change.dealt.iter().zip(&change.joined))
+            .filter(|(_, joined)| !**joined)
+            .map(|(w, _)| w.clone())
+            .collect();
+        false
+    }
+
+    /// The epoch round is planned.
+    pub fn epoch_planned(&mut self) {
+        self.gathered = false;
+        self.epoch = true;
+    }
+}
+
 impl Roster {
     /// The job's starting workers, in worker order.
     pub fn new(workers: Vec<String>) -> Self {

@@ -9,7 +9,10 @@
 //! ```
 
 pub mod dealing;
+mod elastic;
 pub mod serial;
+
+pub use elastic::register_elastic_ring;
 
 use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
 use crate::error::StradsError;

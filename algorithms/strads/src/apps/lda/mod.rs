@@ -15,6 +15,10 @@
 //! deal round each worker releases the documents it no longer owns, with their topic
 //! assignments, and the commit hands them to their new owners. The word-topic blocks and
 //! topic totals do not change, so every token keeps its topic and is sampled once a pass.
+//! Workers join and leave at a pass boundary under dynamic dealing: a Collect round
+//! gathers the blocks, then an epoch round ([`LdaEpoch`]) re-forms the ring over the
+//! workers of the moment, the vocabulary split into one block per worker and the
+//! documents dealt evenly with their topic assignments.
 //!
 //! Roles `strads-lda-scheduler` / `strads-lda-worker`, settings `[app.lda]`; outputs
 //! `topics.txt` (top words per topic), `topic_word.tsv` and `metrics.json`.
@@ -260,6 +264,27 @@ pub enum LdaTask {
         /// One past the last.
         end: u64,
     },
+    /// A change of the workers (after a Collect round gathered the blocks, at a pass
+    /// boundary): the ring re-forms over the workers of the moment; each worker releases
+    /// the documents it no longer owns (the commit deals them) and rebuilds its token
+    /// index; no block.
+    Epoch(Box<LdaEpoch>),
+}
+
+/// The ring after a change of the workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LdaEpoch {
+    /// The workers' node names in ring order (a worker not named leaves).
+    pub ring: Vec<String>,
+    /// Which of them joined with this change (they hold no document yet).
+    pub joined: Vec<bool>,
+    /// The starting static split whose [`deal_order`](crate::core::balance::deal_order)
+    /// the ranges are positions of.
+    pub doc_owner: Vec<u32>,
+    /// Each ring worker's documents: positions `start..end` of the deal order.
+    pub ranges: Vec<(u64, u64)>,
+    /// The word-topic blocks, one per ring worker, with the current counts.
+    pub blocks: Vec<WordTopicBlock>,
 }
 
 /// Worker -> scheduler.
@@ -320,7 +345,14 @@ impl RingApp for LdaApp {
             LdaTask::Init { block, .. }
             | LdaTask::Sample { block, .. }
             | LdaTask::Collect { block } => Some(*block as BlockId),
-            LdaTask::Deal { .. } => None,
+            LdaTask::Deal { .. } | LdaTask::Epoch(_) => None,
+        }
+    }
+
+    fn new_ring(task: &LdaTask) -> Option<&[String]> {
+        match task {
+            LdaTask::Epoch(epoch) => Some(&epoch.ring),
+            _ => None,
         }
     }
 }
@@ -466,10 +498,20 @@ impl StradsJob for LdaApp {
     }
 }
 
-/// Registers the LDA roles.
+/// Registers the LDA roles. They take joins and leaves of workers with `balance =
+/// "dynamic"`; a worker's death (`on_node_death = "leave"`) loses its word-topic block,
+/// so it is refused.
 pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
-    crate::kit::register::<LdaApp>(cluster)
+    crate::kit::register_elastic_ring::<LdaApp>(cluster, supports_membership_changes)
 }
 
+/// Whether `job` takes workers that join and leave: with `balance = "dynamic"`, whose
+/// dealer deals the documents over the workers of the moment.
+pub fn supports_membership_changes(job: &LdaSettings) -> bool {
+    job.balance == Balance::Dynamic
+}
+
+#[cfg(test)]
+mod epoch_tests;
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+mod change;
+use change::ChangeState;
+
 use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
@@ -10,6 +13,7 @@ use crate::core::app::{Schedule, Step, decode_state, encode_state};
 use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
 use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
+use crate::core::roster::Reshape;
 use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint, joint_log_likelihood, topic_word_matrix};
@@ -118,6 +122,8 @@ pub struct LdaScheduling {
     /// [`deal_order`](crate::core::balance::deal_order)), and whether a deal round is out.
     dealer: Option<RowDealer>,
     dealing: bool,
+    /// A change of the workers ([`Schedule::reshape`]).
+    change: ChangeState,
 }
 
 impl LdaScheduling {
@@ -173,6 +179,11 @@ impl LdaScheduling {
             data_digest: None,
             dealer,
             dealing: false,
+            change: ChangeState {
+                word_frequencies: corpus.word_frequencies(),
+                doc_owner: layout.docs.doc_worker.clone(),
+                ..ChangeState::default()
+            },
         })
     }
 
@@ -225,10 +236,33 @@ impl LdaScheduling {
     }
 }
 
+impl LdaScheduling {
+    /// A Collect round's answers: the blocks come back to the scheduler.
+    fn collect(&mut self, partials: Vec<LdaPartial>) -> Result<(), StradsModelError> {
+        let mut block_bytes = 0u64;
+        self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+        for (w, partial) in partials.into_iter().enumerate() {
+            let LdaPartial::Collected(block) = partial else {
+                return Err(StradsModelError::protocol(format!(
+                    "worker {w} answered collect with a visit"
+                )));
+            };
+            let expected = self.schedule.check_block(w, 0, block.block, "returned")?;
+            block_bytes += encoded_len(&block);
+            self.blocks[expected] = Some(block);
+        }
+        self.s.metrics.block_bytes = block_bytes;
+        Ok(())
+    }
+}
+
 impl Schedule<LdaApp> for LdaScheduling {
     fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LdaTask> {
         if in_flight > 0 {
             return Step::Wait;
+        }
+        if let Some(step) = self.change_step() {
+            return step;
         }
         if self.s.pass > self.iterations {
             if self.collected {
@@ -273,20 +307,11 @@ impl Schedule<LdaApp> for LdaScheduling {
     ) -> Result<LdaCommit, StradsModelError> {
         let p = self.schedule.p;
         self.s.metrics.rounds = round + 1;
+        if self.change.steps.gathering || self.change.steps.epoch {
+            return self.pull_change(partials, elapsed.as_secs_f64());
+        }
         if self.s.pass > self.iterations {
-            let mut block_bytes = 0u64;
-            self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
-            for (w, partial) in partials.into_iter().enumerate() {
-                let LdaPartial::Collected(block) = partial else {
-                    return Err(StradsModelError::protocol(format!(
-                        "worker {w} answered collect with a visit"
-                    )));
-                };
-                let expected = self.schedule.check_block(w, 0, block.block, "returned")?;
-                block_bytes += encoded_len(&block);
-                self.blocks[expected] = Some(block);
-            }
-            self.s.metrics.block_bytes = block_bytes;
+            self.collect(partials)?;
             self.collected = true;
             return Ok(LdaCommit {
                 topic_totals: None,
@@ -449,5 +474,13 @@ impl Schedule<LdaApp> for LdaScheduling {
 
     fn data_digest(&self) -> Option<u64> {
         self.data_digest
+    }
+
+    fn reshape(
+        &mut self,
+        round: u64,
+        change: &Reshape,
+    ) -> Result<Option<Step<LdaTask>>, StradsModelError> {
+        self.change_workers(round, change)
     }
 }

@@ -1,7 +1,7 @@
 //! LDA's worker half: a share of the documents with their topic assignments; the
 //! word-topic blocks pass through it.
 
-use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaTask};
+use super::{LdaApp, LdaCommit, LdaEpoch, LdaLayout, LdaPartial, LdaTask};
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::balance::DealtShare;
@@ -24,6 +24,8 @@ pub struct LdaWorkerApp {
     straggler: Straggler,
     /// Seconds spent sampling in all (the straggler's sleep included).
     busy_s: f64,
+    /// A change of the workers left it out of the ring.
+    left: bool,
 }
 
 impl LdaWorkerApp {
@@ -46,6 +48,7 @@ impl LdaWorkerApp {
             dealing: None,
             straggler: Straggler::default(),
             busy_s: 0.0,
+            left: false,
         })
     }
 
@@ -73,6 +76,42 @@ impl LdaWorkerApp {
         Ok(LdaPartial::Released(
             self.worker.release(|d| share.owns(d), &self.vocabulary),
         ))
+    }
+
+    /// A change of the workers: worker `index` of `epoch`'s ring (`None`: it leaves),
+    /// its documents those of its range, the words split as the epoch's blocks. The
+    /// documents it gives up and the blocks it holds before the new ring's first
+    /// sub-round.
+    fn epoch(
+        &mut self,
+        epoch: &LdaEpoch,
+        index: Option<u32>,
+    ) -> Result<(LdaPartial, Vec<(BlockId, WordTopicBlock)>), StradsModelError> {
+        let Some(index) = index.map(|i| i as usize) else {
+            self.left = true;
+            let released = self.worker.release(|_| false, &self.vocabulary);
+            return Ok((LdaPartial::Released(released), Vec::new()));
+        };
+        let &(start, end) = epoch.ranges.get(index).ok_or_else(|| {
+            StradsModelError::protocol(format!("no documents for ring worker {index}"))
+        })?;
+        let mut share = DealtShare::of(&epoch.doc_owner, 0);
+        share.deal(start, end)?;
+        let vocabulary = VocabularyPartition::of_blocks(&epoch.blocks)?;
+        let fresh = epoch.joined.get(index).copied().unwrap_or(false);
+        let released = (self.worker).rering(index, fresh, |d| share.owns(d), &vocabulary);
+        self.vocabulary = vocabulary;
+        self.dealing = Some(share);
+        let schedule = RotationSchedule {
+            p: epoch.ring.len(),
+        };
+        let blocks = schedule.held_at_start(index, epoch.blocks.clone(), |b| b.block);
+        Ok((LdaPartial::Released(released), blocks))
+    }
+
+    /// The core worker (its documents, their topics and the token index).
+    pub fn core(&self) -> &LdaWorker {
+        &self.worker
     }
 
     /// With `on`, every report (a block's last visit of a pass) carries a copy of the
@@ -117,6 +156,9 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                     partial: self.deal(*start, *end)?,
                     block: BlockFate::Consumed,
                 });
+            }
+            LdaTask::Epoch(_) => {
+                return Err(StradsModelError::protocol("an epoch outside a new ring"));
             }
         };
         let mut block = block.ok_or_else(|| {
@@ -183,6 +225,22 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                 block,
             },
         })
+    }
+
+    fn rering(
+        &mut self,
+        _round: u64,
+        task: &LdaTask,
+        index: Option<u32>,
+    ) -> Result<(LdaPartial, Vec<(BlockId, WordTopicBlock)>), StradsModelError> {
+        let LdaTask::Epoch(epoch) = task else {
+            return Err(StradsModelError::protocol("a new ring without an epoch"));
+        };
+        self.epoch(epoch, index)
+    }
+
+    fn holds_work(&self) -> bool {
+        !self.left
     }
 
     fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), StradsModelError> {

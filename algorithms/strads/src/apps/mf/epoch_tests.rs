@@ -1,14 +1,13 @@
 //! A change of the workers re-forms the ring: the scheduler's and the workers' halves
-//! driven as the actor shells drive them (one round at a time, blocks handed on), with a
-//! join and a leave, against the fixed run.
+//! driven as the actor shells drive them ([`crate::apps::ring_changes`]), with a join and
+//! a leave, against the fixed run.
 
 use super::*;
 use crate::apps::lasso::Balance;
-use crate::core::app::{BlockFate, Plan, RingApp, RingPush, Schedule, Step};
+use crate::apps::ring_changes::{self, change};
+use crate::core::app::{Plan, RingPush, Schedule, Step};
 use crate::core::roster::Reshape;
 use crate::kit::{JobShape, StradsJob};
-use std::collections::BTreeMap;
-use std::time::Duration;
 
 fn job() -> StradsMfSettings {
     StradsMfSettings {
@@ -28,125 +27,15 @@ fn job() -> StradsMfSettings {
 }
 
 fn worker(job: &StradsMfSettings, index: usize, of: usize) -> MfWorkerApp {
-    let shape = JobShape {
-        workers: of,
-        schedulers: 1,
-    };
-    <MfApp as StradsJob>::worker(job, index, &shape)
-        .unwrap()
-        .logic
+    ring_changes::worker::<MfApp, MfWorkerApp>(job, index, of)
 }
 
-/// Workers by node name; blocks wherever the last push passed them.
-struct Ring {
-    workers: BTreeMap<String, MfWorkerApp>,
-    blocks: BTreeMap<u64, FactorBlock>,
-}
-
-impl Ring {
-    /// One round over `names` (dispatch order): the partials, then the commit to all.
-    fn round(
-        &mut self,
-        sched: &mut MfScheduling,
-        round: u64,
-        plan: Plan<MfTask>,
-        names: &[String],
-    ) {
-        let tasks = plan.into_tasks(names.len()).unwrap();
-        let mut partials = Vec::new();
-        for (name, task) in names.iter().zip(tasks) {
-            let w = self.workers.get_mut(name).unwrap();
-            if let Some(ring) = MfApp::new_ring(&task) {
-                let index = ring.iter().position(|n| n == name).map(|i| i as u32);
-                let (partial, held) = w.rering(round, &task, index).unwrap();
-                self.blocks.extend(held);
-                partials.push(partial);
-                continue;
-            }
-            let block = MfApp::block_needed(&task).map(|b| self.blocks.remove(&b).unwrap());
-            let out = w.push(round, &task, block).unwrap();
-            if let BlockFate::PassTo { block, .. } = out.block {
-                self.blocks.insert(block.block as u64, block);
-            }
-            partials.push(out.partial);
-        }
-        let commit = sched.pull(round, partials, Duration::ZERO).unwrap();
-        for name in names {
-            self.workers
-                .get_mut(name)
-                .unwrap()
-                .commit(round, &commit)
-                .unwrap();
-        }
-    }
-}
-
-/// Runs the job from two workers; `changes[i] = (round, change)` is announced then and
-/// made at the first boundary the scheduler takes it (with `withdrawn`, the first one
-/// goes away once the scheduler first answered it). The scheduler at the end.
 fn run(job: &StradsMfSettings, changes: Vec<(u64, Reshape)>) -> MfScheduling {
     run_with(job, changes, false)
 }
 
-fn run_with(
-    job: &StradsMfSettings,
-    mut changes: Vec<(u64, Reshape)>,
-    mut withdrawn: bool,
-) -> MfScheduling {
-    let shape = JobShape {
-        workers: 2,
-        schedulers: 1,
-    };
-    let mut sched = <MfApp as StradsJob>::scheduler(job, &shape).unwrap();
-    let mut names: Vec<String> = vec!["w0".into(), "w1".into()];
-    let mut ring = Ring {
-        workers: BTreeMap::new(),
-        blocks: BTreeMap::new(),
-    };
-    for (i, name) in names.iter().enumerate() {
-        let half = <MfApp as StradsJob>::worker(job, i, &shape).unwrap();
-        ring.blocks.extend(half.initial);
-        ring.workers.insert(name.clone(), half.logic);
-    }
-    // The joiner builds its half as a standby node does (over all three nodes).
-    ring.workers.insert("w2".into(), worker(job, 2, 3));
-    for round in 0.. {
-        if let Some((at, change)) = changes.first().cloned()
-            && round >= at
-        {
-            match sched.reshape(round, &change).unwrap() {
-                Some(step) => {
-                    let Step::Run(plan) = step else {
-                        panic!("a change's round runs")
-                    };
-                    ring.round(&mut sched, round, plan, &change.dealt);
-                    names = change.staying().to_vec();
-                    changes.remove(0);
-                    continue;
-                }
-                None if std::mem::take(&mut withdrawn) => {
-                    changes.remove(0);
-                }
-                None => {}
-            }
-        }
-        match sched.schedule(round, 0) {
-            Step::Run(plan) => ring.round(&mut sched, round, plan, &names),
-            Step::Done => break,
-            Step::Wait => panic!("nothing in flight"),
-        }
-    }
-    assert!(changes.is_empty(), "every change was made");
-    sched
-}
-
-fn change(dealt: &[&str], staying: usize, joined: &[bool]) -> Reshape {
-    Reshape {
-        dealt: dealt.iter().map(|s| s.to_string()).collect(),
-        staying,
-        joined: joined.to_vec(),
-        lost: Vec::new(),
-    }
+fn run_with(job: &StradsMfSettings, changes: Vec<(u64, Reshape)>, withdrawn: bool) -> MfScheduling {
+    ring_changes::run_with::<MfApp, MfWorkerApp>(job, changes, withdrawn)
 }
 
 #[test]

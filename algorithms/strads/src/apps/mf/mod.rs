@@ -547,35 +547,13 @@ impl StradsJob for MfApp {
 /// "dynamic"`; a worker's death (`on_node_death = "leave"`) loses its H block, so it is
 /// refused.
 pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
-    use crate::kit::{scheduler_role, worker_role};
-    cluster
-        .app_section_checked::<StradsMfSettings, _>(MfApp::SECTION, |job| job.validate())
-        .role(SCHEDULER_ROLE, |ctx| async move {
-            check_membership(&ctx, SCHEDULER_ROLE)?;
-            scheduler_role::<MfApp>(ctx).await
-        })
-        .role(WORKER_ROLE, |ctx| async move {
-            check_membership(&ctx, WORKER_ROLE)?;
-            worker_role::<MfApp>(ctx).await
-        })
+    crate::kit::register_elastic_ring::<MfApp>(cluster, supports_membership_changes)
 }
 
 /// Whether `job` takes workers that join and leave: with `balance = "dynamic"`, whose
 /// dealer deals the users over the workers of the moment.
 pub fn supports_membership_changes(job: &StradsMfSettings) -> bool {
     job.balance == Balance::Dynamic
-}
-
-fn check_membership(ctx: &petrel_actors::NodeContext, role: &str) -> Result<(), StradsError> {
-    let job: StradsMfSettings = ctx.settings.app(MfApp::SECTION)?;
-    let death = ctx.settings.cluster.on_node_death == petrel_actors::OnNodeDeath::Leave;
-    match ctx.settings.allows_membership_changes() && (death || !supports_membership_changes(&job))
-    {
-        true => Err(StradsError::FixedMembership {
-            role: role.to_string(),
-        }),
-        false => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 mod change;
-use change::{ChangeState, ranges_of};
+use change::ChangeState;
 
 use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfSettings};
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
 use crate::core::balance::{
-    DealGate, DealtShare, RowDealer, RowDealing, deal_order, deal_step, pull_deal,
+    DealGate, DealtShare, RowDealer, RowDealing, deal_order, deal_step, pull_deal, ranges_of,
 };
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
 use crate::core::roster::Reshape;
@@ -388,15 +388,15 @@ impl Schedule<MfApp> for MfScheduling {
             // Every sub-round needs the blocks of the previous one (and its commit).
             return Step::Wait;
         }
-        if std::mem::take(&mut self.change.gather_next) {
+        if std::mem::take(&mut self.change.steps.gather_next) {
             // At a rotation boundary every worker holds the block it started with.
-            self.change.gathering = true;
+            self.change.steps.gathering = true;
             return self.schedule.plan(0, |_, block| MfTask::Collect { block });
         }
-        if self.change.gathered {
+        if self.change.steps.gathered {
             // The change went away (its joiner left again): the same workers re-form it.
             let ranges = self.dealer.as_ref().map(|d| ranges_of(&d.report().rows));
-            let ring = self.change.ring.clone();
+            let ring = self.change.steps.ring.clone();
             return self.epoch_step(ring, &ranges.unwrap_or_default());
         }
         // Users move only between rotations, with the W accumulators empty.
@@ -450,12 +450,12 @@ impl Schedule<MfApp> for MfScheduling {
             finalize_w: None,
             moved: Vec::new(),
         };
-        if std::mem::take(&mut self.change.gathering) {
+        if std::mem::take(&mut self.change.steps.gathering) {
             self.collect(partials)?;
-            self.change.gathered = true;
+            self.change.steps.gathered = true;
             return Ok(none);
         }
-        if std::mem::take(&mut self.change.epoch) {
+        if std::mem::take(&mut self.change.steps.epoch) {
             return Ok(none);
         }
         match self.s.stage {

@@ -6,7 +6,10 @@ use petrel_ml::topic::ln_gamma;
 impl LdaCluster {
     /// Count invariants: doc-topic sums = doc lengths, word-topic sums = word frequencies,
     /// topic totals = column sums of both tables.
-    fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), StradsModelError> {
+    pub(super) fn check_invariants(
+        &self,
+        word_frequencies: &[usize],
+    ) -> Result<(), StradsModelError> {
         let k = self.config.n_topics;
         let mut from_words = vec![0i64; k];
         for block in &self.blocks {
@@ -68,7 +71,7 @@ fn topic_counts_increment_decrement() {
     assert_eq!(c.entries, vec![(3, 1)]);
 }
 
-fn corpus() -> Corpus {
+pub(super) fn corpus() -> Corpus {
     lda_corpus(&LdaCorpusParams {
         n_topics: 5,
         vocab_size: 120,

@@ -8,24 +8,15 @@ use crate::core::StradsModelError;
 use crate::core::app::{Plan, Step};
 use crate::core::balance::deal_order;
 use crate::core::mf::{RotationSchedule, epoch_partition};
-use crate::core::roster::Reshape;
+use crate::core::roster::{Reshape, RingChange};
 use ndarray::Array2;
 use std::ops::Range;
 
-/// Where a change of the workers is: a Collect round gathers W and H at a rotation
-/// boundary, then the epoch round re-forms the ring over the workers of the moment.
+/// A change of the workers: where it is, and how the users and items split.
 #[derive(Default)]
 pub(super) struct ChangeState {
-    /// The next round gathers the model.
-    pub(super) gather_next: bool,
-    /// The gathering round is in flight.
-    pub(super) gathering: bool,
-    /// W and the blocks are here: the epoch round is due.
-    pub(super) gathered: bool,
-    /// The epoch round is in flight.
-    pub(super) epoch: bool,
-    /// The ring of the gathered model (its epoch when the change went away meanwhile).
-    pub(super) ring: Vec<String>,
+    /// The gather and epoch rounds.
+    pub(super) steps: RingChange,
     /// Each user's position in the deal order of the current ring.
     pub(super) user_order: Vec<u32>,
     /// Training ratings of each item (the items' split into blocks).
@@ -46,8 +37,7 @@ impl MfScheduling {
         self.schedule = RotationSchedule { p: ring.len() };
         self.blocks = vec![None; ring.len()];
         self.w = None;
-        self.change.gathered = false;
-        self.change.epoch = true;
+        self.change.steps.epoch_planned();
         self.s.metrics.workers = ring.len();
         Step::Run(Plan::All(MfTask::Epoch(Box::new(MfEpoch {
             ring,
@@ -78,12 +68,7 @@ impl MfScheduling {
         if !matches!(self.s.stage, Stage::Rotate { t: 0, .. }) {
             return Ok(None);
         }
-        if !self.change.gathered {
-            self.change.gather_next = true;
-            self.change.ring = (change.dealt.iter().zip(&change.joined))
-                .filter(|(_, joined)| !**joined)
-                .map(|(w, _)| w.clone())
-                .collect();
+        if !self.change.steps.gathered_for(change) {
             return Ok(None);
         }
         let ranges = dealer.reshape(round, change)?;
@@ -91,16 +76,4 @@ impl MfScheduling {
         let ranges = ranges.get(..staying.len()).unwrap_or_default().to_vec();
         Ok(Some(self.epoch_step(staying, &ranges)))
     }
-}
-
-/// Contiguous ranges of `shares` units, in order.
-pub(super) fn ranges_of(shares: &[u64]) -> Vec<Range<u64>> {
-    let mut start = 0;
-    shares
-        .iter()
-        .map(|&n| {
-            start += n;
-            start - n..start
-        })
-        .collect()
 }

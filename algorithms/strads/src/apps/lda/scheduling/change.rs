@@ -1,0 +1,129 @@
+//! A change of the LDA workers, on the scheduler: at a pass boundary a Collect round
+//! gathers the word-topic blocks, then the epoch round re-forms the ring over the workers
+//! of the moment: the vocabulary split into one block per worker, the documents dealt
+//! evenly with their topic assignments (the commit hands the released ones over).
+
+use super::LdaScheduling;
+use crate::apps::lda::{LdaCommit, LdaEpoch, LdaPartial, LdaTask};
+use crate::core::StradsModelError;
+use crate::core::app::{Plan, Step};
+use crate::core::balance::{pull_deal, ranges_of};
+use crate::core::lda::{rows_by_word, split_rows};
+use crate::core::mf::RotationSchedule;
+use crate::core::roster::{Reshape, RingChange};
+use petrel_ml::topic::TopicCounts;
+use std::ops::Range;
+
+/// A change of the workers: where it is, and what the epoch deals.
+#[derive(Default)]
+pub(super) struct ChangeState {
+    /// The gather and epoch rounds.
+    pub(super) steps: RingChange,
+    /// Every word's counts, gathered at the boundary.
+    pub(super) rows: Vec<TopicCounts>,
+    /// Token count of each word (the vocabulary's split into blocks).
+    pub(super) word_frequencies: Vec<usize>,
+    /// The starting static split of the documents (their deal order).
+    pub(super) doc_owner: Vec<u32>,
+}
+
+impl LdaScheduling {
+    /// The next round of a change, if one is under way: the Collect round gathering the
+    /// blocks, or (the change went away after it: its joiner left again) the epoch
+    /// round re-forming the same ring.
+    pub(super) fn change_step(&mut self) -> Option<Step<LdaTask>> {
+        if std::mem::take(&mut self.change.steps.gather_next) {
+            // At a pass boundary every worker holds the block it started with.
+            self.change.steps.gathering = true;
+            return Some(self.schedule.plan(0, |_, block| LdaTask::Collect { block }));
+        }
+        if self.change.steps.gathered {
+            let ranges = self.dealer.as_ref().map(|d| ranges_of(&d.report().rows));
+            let ring = self.change.steps.ring.clone();
+            let joined = vec![false; ring.len()];
+            return Some(self.epoch_step(ring, joined, &ranges.unwrap_or_default()));
+        }
+        None
+    }
+
+    /// The answers of a change's round: the gathered blocks, or the documents the epoch
+    /// released, handed to their new owners with the topic totals.
+    pub(super) fn pull_change(
+        &mut self,
+        partials: Vec<LdaPartial>,
+        now: f64,
+    ) -> Result<LdaCommit, StradsModelError> {
+        if std::mem::take(&mut self.change.steps.gathering) {
+            self.collect(partials)?;
+            let blocks = self.blocks.iter_mut().filter_map(Option::take).collect();
+            self.change.rows = rows_by_word(blocks, self.vocab_size)?;
+            self.change.steps.gathered = true;
+            return Ok(LdaCommit {
+                topic_totals: None,
+                moved: Vec::new(),
+            });
+        }
+        self.change.steps.epoch = false;
+        let moved = pull_deal(self.dealer.as_mut(), partials, now, LdaPartial::released)?;
+        Ok(LdaCommit {
+            topic_totals: Some(self.s.topic_totals.clone()),
+            moved,
+        })
+    }
+
+    /// The epoch round re-forming the ring over `ring` (node names in ring order, which
+    /// of them `joined`), the documents of `ranges` of the deal order to each.
+    fn epoch_step(
+        &mut self,
+        ring: Vec<String>,
+        joined: Vec<bool>,
+        ranges: &[Range<u64>],
+    ) -> Step<LdaTask> {
+        let rows = std::mem::take(&mut self.change.rows);
+        let blocks = split_rows(&rows, &self.change.word_frequencies, ring.len());
+        self.schedule = RotationSchedule { p: ring.len() };
+        self.blocks = vec![None; ring.len()];
+        self.change.steps.epoch_planned();
+        self.s.metrics.workers = ring.len();
+        Step::Run(Plan::All(LdaTask::Epoch(Box::new(LdaEpoch {
+            ring,
+            joined,
+            doc_owner: self.change.doc_owner.clone(),
+            ranges: ranges.iter().map(|r| (r.start, r.end)).collect(),
+            blocks,
+        }))))
+    }
+
+    /// [`crate::core::app::Schedule::reshape`]: with `balance = "dynamic"`, at a pass
+    /// boundary, first a Collect round gathers the blocks (this answers `None`, the next
+    /// round is it), then the epoch round. Within a pass, and once the job is collecting,
+    /// the workers stay for now.
+    pub(super) fn change_workers(
+        &mut self,
+        round: u64,
+        change: &Reshape,
+    ) -> Result<Option<Step<LdaTask>>, StradsModelError> {
+        if !change.lost.is_empty() {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "workers {:?} died with their word-topic blocks: lda takes joins and leaves, not deaths",
+                change.lost
+            )));
+        }
+        let Some(dealer) = self.dealer.as_mut() else {
+            return Err(StradsModelError::InvalidConfig(
+                "joins and leaves need balance = \"dynamic\"".into(),
+            ));
+        };
+        if self.s.t != 0 || self.s.pass > self.iterations {
+            return Ok(None);
+        }
+        if !self.change.steps.gathered_for(change) {
+            return Ok(None);
+        }
+        let ranges = dealer.reshape(round, change)?;
+        let staying = change.staying().to_vec();
+        let ranges = ranges.get(..staying.len()).unwrap_or_default().to_vec();
+        let joined = change.joined.get(..staying.len()).unwrap_or_default();
+        Ok(Some(self.epoch_step(staying, joined.to_vec(), &ranges)))
+    }
+}
