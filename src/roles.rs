@@ -15,7 +15,6 @@ pub fn extend_builtin(register: fn(Cluster) -> Cluster) {
 pub fn builtin(settings: Settings) -> Cluster {
     let mut cluster = Cluster::new(settings);
     cluster = crate::demo::register(cluster);
-    cluster = petrel_strads::apps::lda::register(cluster);
     // The built-in apps deal their work to the members the job started with.
     cluster = cluster.registered_roles_need_fixed_membership();
     // Except the Lasso and logistic regression: their roles take joins and leaves with the
@@ -23,8 +22,10 @@ pub fn builtin(settings: Settings) -> Cluster {
     // start.
     cluster = petrel_strads::apps::lasso::register(cluster);
     cluster = petrel_strads::apps::logistic::register(cluster);
-    // And strads-mf with dynamic dealing (its roles refuse anything else as they start).
+    // And strads-mf and lda with dynamic dealing (their roles refuse anything else as they
+    // start).
     cluster = petrel_strads::apps::mf::register(cluster);
+    cluster = petrel_strads::apps::lda::register(cluster);
     // And ps-mf, ps-lr and ps-lda: their workers join and leave (checked as their jobs
     // start).
     cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);

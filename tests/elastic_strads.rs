@@ -3,8 +3,9 @@
 //! leave in `metrics.json`, no node process left behind; so does logistic regression,
 //! which shares the dealing. Under `--on-node-death leave` a killed worker is a leave whose
 //! rows the others rebuild. strads-mf takes a join and a leave on processes by re-forming
-//! its ring (train and test RMSE of the fixed run to 1e-4). Apps that keep a fixed
-//! membership refuse the flags.
+//! its ring (train and test RMSE of the fixed run to 1e-4), and so does LDA (log-likelihood
+//! per token of the fixed run to 2e-2). Apps that keep a fixed membership refuse the
+//! flags.
 
 use crate::common::{
     alive, catches_signal, child_process, children_of, data, metrics, petrel_cmd, signal,
@@ -41,6 +42,14 @@ fn job(app: &str) -> Vec<String> {
             let mut args = words("--balance dynamic --workers 2 --iterations 25");
             args.extend(["--data".into(), file("ratings.base")]);
             args.extend(["--test-data".into(), file("ratings.test")]);
+            args
+        }
+        "lda" => {
+            let mut args = words("--balance dynamic --workers 2 --topics 4 --iterations 400");
+            args.extend([
+                "--docword".into(),
+                data("docs.train").to_str().unwrap().into(),
+            ]);
             args
         }
         _ => [words(JOB), words(stop(app))].concat(),
@@ -124,11 +133,22 @@ fn strads_mf_survives_a_join_and_a_leave_on_processes() {
     survives_a_join_and_a_leave("strads-mf", &["processes"]);
 }
 
+/// LDA re-forms its ring at a pass boundary for each change, the documents dealt with
+/// their topic assignments. Gibbs sampling then follows another chain (other generators
+/// draw other tokens), so its log-likelihood per token agrees with the fixed run's to
+/// 2e-2 relative, the tolerance of `bench balance`.
+#[test]
+fn lda_survives_a_join_and_a_leave_on_processes() {
+    survives_a_join_and_a_leave("lda", &["processes"]);
+}
+
 /// What `app`'s elastic run must match of its fixed run, to what relative tolerance; and
-/// the rows (users for strads-mf: the example ratings have 80) dealt in all.
+/// the rows (users for strads-mf and documents for LDA: the example files have 80 each)
+/// dealt in all.
 fn figures(app: &str) -> (&'static [&'static str], f64, u64) {
     match app {
         "strads-mf" => (&["final_train_rmse", "final_test_rmse"], 1e-4, 80),
+        "lda" => (&["final_loglik_per_token"], 2e-2, 80),
         _ => (&["final_objective"], 1e-6, 300),
     }
 }
@@ -259,15 +279,19 @@ fn apps_and_solvers_that_keep_a_fixed_membership_refuse_joins_and_leaves() {
             "{app} {args}: {stderr}"
         );
     }
-    // strads-mf takes joins and leaves, not deaths: a dead worker's H block is lost.
-    let out = dir.path().join("mf-death");
-    let output = petrel_cmd(["train", "strads-mf", "--out", out.to_str().unwrap()])
-        .args("--workers 2 --transport memory --balance dynamic --on-node-death leave".split(' '))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !output.status.success() && stderr.contains("not deaths"),
-        "{stderr}"
-    );
+    // strads-mf and LDA take joins and leaves, not deaths: a dead worker's block is lost.
+    for app in ["strads-mf", "lda"] {
+        let out = dir.path().join(format!("{app}-death"));
+        let output = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+            .args(
+                "--workers 2 --transport memory --balance dynamic --on-node-death leave".split(' '),
+            )
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success() && stderr.contains("not deaths"),
+            "{app}: {stderr}"
+        );
+    }
 }

@@ -440,6 +440,13 @@ impl StradsTrainApp for MfApp {
 impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
     round_checkpoints!(LdaSettings);
+    fn elastic(job: &LdaSettings) -> bool {
+        petrel_strads::apps::lda::supports_membership_changes(job)
+    }
+    // A dead worker's word-topic block is lost with it.
+    fn takes_deaths(_job: &LdaSettings) -> bool {
+        false
+    }
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)

@@ -76,7 +76,7 @@ pub struct ClusterArgs {
     pub max_restarts: u32,
     /// Extra worker nodes marked standby: the job starts without them and they join when
     /// started (by `--scale`). Only `train lasso|logistic --solver scheduled --balance
-    /// dynamic` and `train strads-mf --balance dynamic`.
+    /// dynamic` and `train strads-mf|lda --balance dynamic`.
     #[arg(long, default_value_t = 0)]
     pub standby_workers: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=2s add w2; at=4s remove w0`: the
@@ -122,7 +122,7 @@ impl Membership {
         }
         if transport.is_none() || !A::elastic(job) {
             return Err(CliError::Usage(format!(
-                "--standby-workers, --scale and --on-node-death leave: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` or `train strads-mf --balance dynamic` on a cluster)",
+                "--standby-workers, --scale and --on-node-death leave: {} keeps a fixed membership here (joins and leaves need `train lasso|logistic --solver scheduled --balance dynamic` or `train strads-mf|lda --balance dynamic` on a cluster)",
                 A::NAME
             )));
         }
