@@ -1,5 +1,6 @@
 //! `petrel bench elastic`: the built-in apps whose workers may join and leave a running
-//! job (the scheduled Lasso and logistic regression with dynamic dealing; strads-mf; ps-lr,
+//! job (the scheduled Lasso and logistic regression with dynamic dealing; strads-mf and
+//! LDA; ps-lr,
 //! ps-mf and ps-lda, in `elastic_ps.rs`; P3's emulated model, in `elastic_p3.rs`), each run
 //! once with a fixed membership and once with a standby worker joining and a worker leaving
 //! (`--plan`), and ps-lr (ps-mf too without `--quick`) once more with a standby shard
@@ -11,14 +12,20 @@
 //! end within `--max-seconds` (`hangs`). strads-mf runs on synthetic low-rank ratings
 //! (`--quick`: 80 users x 50 items); its changed workers rebuild their residuals from the
 //! data, so `identical` compares the factor files and `within_tolerance` the train and
-//! test RMSE (to 1e-4 relative; `objective_rel_diff` is the train RMSE's). The apps that
-//! keep a fixed membership are listed in `fixed_membership`.
+//! test RMSE (to 1e-4 relative; `objective_rel_diff` is the train RMSE's). LDA runs on a
+//! synthetic corpus (`--quick`: 80 documents of 20 words); after a change Gibbs sampling
+//! follows another chain, so `identical` compares the topic-word files and
+//! `within_tolerance` the log-likelihood per token (to 2e-2 relative, `bench balance`'s
+//! LDA tolerance). The apps that keep a fixed membership are listed in
+//! `fixed_membership`.
 
 use petrel::CliError;
 use petrel::train::{Membership, run_job_with};
 use petrel_actors::JobTransport;
+use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::apps::lasso::metrics::RowDealing;
 use petrel_strads::apps::lasso::{Balance, LassoApp, LassoSettings, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::apps::logistic::LogisticApp;
 use petrel_strads::apps::mf::{MfApp, StradsMfSettings};
 use serde::{Deserialize, Serialize};
@@ -65,10 +72,11 @@ pub struct ElasticBenchArgs {
 const PLAN: &str = "at=1s add w2; at=2s remove w0";
 
 /// The built-in apps whose workers join and leave, in the bench's order.
-pub const ELASTIC_APPS: [&str; 7] = [
+pub const ELASTIC_APPS: [&str; 8] = [
     "lasso",
     "logistic",
     "strads-mf",
+    "lda",
     "ps-lr",
     "ps-mf",
     "ps-lda",
@@ -171,6 +179,26 @@ impl ElasticBenchArgs {
             balance: Balance::Dynamic,
             out_dir: Some(self.out.join("strads-mf").join(run)),
             ..StradsMfSettings::default()
+        }
+    }
+
+    /// LDA's job with dynamic dealing on a synthetic corpus, into `out/lda/<run>`.
+    fn lda_job(&self, run: &str) -> LdaSettings {
+        let (vocab_size, n_docs, doc_length, iterations) = match self.quick {
+            true => (200, 80, 20, 400),
+            false => (5000, 4000, 100, 200),
+        };
+        LdaSettings {
+            synthetic: LdaCorpusParams {
+                vocab_size,
+                n_docs,
+                doc_length,
+                ..LdaCorpusParams::default()
+            },
+            iterations,
+            balance: Balance::Dynamic,
+            out_dir: Some(self.out.join("lda").join(run)),
+            ..LdaSettings::default()
         }
     }
 
@@ -343,41 +371,79 @@ fn changes_of(dealing: &RowDealing) -> u64 {
         .sum()
 }
 
-/// strads-mf with a fixed membership against a join and a leave.
-fn compare_mf(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
+/// A STRADS ring app (strads-mf, LDA) with a fixed membership against a join and a
+/// leave: `identical` compares its output `files`, `within_tolerance` the figures
+/// `figures` reads of its metrics to `tolerance` relative (`objective_rel_diff` is the
+/// first one's); the changes and rows come from its `metrics.json`.
+fn compare_ring<A: petrel::train::apps::StradsTrainApp>(
+    args: &ElasticBenchArgs,
+    (app, files): (&'static str, &[&str]),
+    job: impl Fn(&str) -> A::Config,
+    figures: fn(&A::Metrics) -> (f64, Vec<f64>),
+    tolerance: f64,
+) -> Result<AppFigures, CliError>
+where
+    A::Config: Serialize + Send + 'static,
+    A::Metrics: Send + 'static,
+{
     let run = |membership: Membership, run: &str| {
-        let job = args.mf_job(run);
+        let job = job(run);
         let (workers, transport) = (args.workers, args.transport);
-        let f = move || run_job_with::<MfApp>(&job, workers, transport, &membership);
-        within(args.max_seconds, ("strads-mf", run), f)
+        let f = move || run_job_with::<A>(&job, workers, transport, &membership);
+        within(args.max_seconds, (app, run), f)
     };
     let fixed = run(Membership::default(), "fixed")?;
     let elastic = run(args.elastic_membership(), "elastic")?;
     let orphans = orphans(args.transport);
     let hangs = usize::from(fixed.is_none()) + usize::from(elastic.is_none());
     let (Some(fixed), Some(elastic)) = (fixed, elastic) else {
-        return Ok(hung("strads-mf", orphans, hangs));
+        return Ok(hung(app, orphans, hangs));
     };
-    let factors = |run: &str| -> Result<String, CliError> {
-        let dir = args.out.join("strads-mf").join(run);
-        let read = |name: &str| {
-            let path = dir.join(name);
-            std::fs::read_to_string(&path).map_err(CliError::io(&path))
-        };
-        Ok(read("user_factors.tsv")? + &read("item_factors.tsv")?)
+    let read = |run: &str, name: &str| {
+        let path = args.out.join(app).join(run).join(name);
+        std::fs::read_to_string(&path).map_err(CliError::io(&path))
     };
-    let rel = |f: f64, e: f64| (e - f).abs() / f.abs();
-    let train = rel(fixed.final_train_rmse, elastic.final_train_rmse);
-    let test = rel(fixed.final_test_rmse, elastic.final_test_rmse);
-    let dealing = elastic.balance.clone().unwrap_or_default();
+    let outputs = |run: &str| -> Result<String, CliError> {
+        files.iter().map(|name| read(run, name)).collect()
+    };
+    let metrics: serde_json::Value = serde_json::from_str(&read("elastic", "metrics.json")?)
+        .map_err(|e| CliError::Usage(format!("{app}'s metrics.json: {e}")))?;
+    let dealing: RowDealing =
+        serde_json::from_value(metrics["balance"].clone()).unwrap_or_default();
+    let ((fixed_s, f), (elastic_s, e)) = (figures(&fixed), figures(&elastic));
+    let rel: Vec<f64> = (f.iter().zip(&e))
+        .map(|(f, e)| (e - f).abs() / f.abs())
+        .collect();
     let changes = changes_of(&dealing);
-    let runs = (fixed.elapsed_s, elastic.elapsed_s);
     Ok(AppFigures {
-        identical: Some(factors("fixed")? == factors("elastic")?),
-        within_tolerance: train <= 1e-4 && test <= 1e-4,
-        objective_rel_diff: train,
-        ..timed("strads-mf", runs, changes, (orphans, hangs), dealing.rows)
+        identical: Some(outputs("fixed")? == outputs("elastic")?),
+        within_tolerance: rel.iter().all(|&r| r <= tolerance),
+        objective_rel_diff: rel.first().copied().unwrap_or(f64::NAN),
+        ..timed(
+            app,
+            (fixed_s, elastic_s),
+            changes,
+            (orphans, hangs),
+            dealing.rows,
+        )
     })
+}
+
+/// strads-mf: identical factor files, train and test RMSE within 1e-4.
+fn compare_mf(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
+    let files = ("strads-mf", &["user_factors.tsv", "item_factors.tsv"][..]);
+    let figures = |m: &petrel_strads::apps::mf::MfMetrics| {
+        (m.elapsed_s, vec![m.final_train_rmse, m.final_test_rmse])
+    };
+    compare_ring::<MfApp>(args, files, |run| args.mf_job(run), figures, 1e-4)
+}
+
+/// LDA: identical topic-word files, log-likelihood per token within 2e-2 (after a
+/// re-deal Gibbs sampling follows another chain).
+fn compare_lda(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
+    let files = ("lda", &["topic_word.tsv"][..]);
+    let figures = |m: &petrel_ml::topic::LdaMetrics| (m.elapsed_s, vec![m.final_loglik_per_token]);
+    compare_ring::<LdaApp>(args, files, |run| args.lda_job(run), figures, 2e-2)
 }
 
 /// Runs the comparison and returns its figures (the table is printed on the way).
@@ -402,6 +468,7 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
                 shards.extend(shard);
             }
             "strads-mf" => apps.push(compare_mf(&args)?),
+            "lda" => apps.push(compare_lda(&args)?),
             "p3" => apps.push(crate::elastic_p3::compare(&args)?),
             _ => apps.push(compare(&args, app)?),
         }
@@ -410,7 +477,7 @@ pub fn measure(args: &ElasticBenchArgs) -> Result<ElasticFigures, CliError> {
     let keys = "app kind changes identical within_tolerance objective_rel_diff fixed_s elastic_s \
                 seconds_lost_per_change orphans hangs rows";
     crate::common::json_table(&apps, keys).print();
-    let fixed_membership = ["lda", "lasso (gauss-seidel)", "logistic (gauss-seidel)"];
+    let fixed_membership = ["lasso (gauss-seidel)", "logistic (gauss-seidel)"];
     Ok(ElasticFigures {
         bench: "elastic".into(),
         quick: args.quick,

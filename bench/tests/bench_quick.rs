@@ -530,6 +530,6 @@ fn elastic_quick_runs_the_elastic_apps_through_a_join_and_a_leave() {
     assert_eq!(f.apps[3].identical, Some(true), "{json}");
     assert_eq!(
         f.fixed_membership,
-        ["lda", "lasso (gauss-seidel)", "logistic (gauss-seidel)"]
+        ["lasso (gauss-seidel)", "logistic (gauss-seidel)"]
     );
 }
