@@ -138,3 +138,29 @@ pub(crate) fn change(dealt: &[&str], staying: usize, joined: &[bool]) -> Reshape
         lost: Vec::new(),
     }
 }
+
+/// A leave of `w0` announced at round 0 (a boundary) to `job`'s scheduler over two
+/// workers: the first answer is no change yet, and the next round (returned) gathers the
+/// model. The scheduler of `fixed` (static dealing) refuses the change, and `job`'s a
+/// death.
+pub(crate) fn first_change_round<J: StradsJob>(job: &J::Config, fixed: &J::Config) -> Vec<J::Task>
+where
+    J::Task: std::fmt::Debug,
+{
+    let shape = JobShape {
+        workers: 2,
+        schedulers: 1,
+    };
+    let leave = change(&["w1", "w0"], 1, &[false, false]);
+    let mut sched = J::scheduler(fixed, &shape).unwrap();
+    assert!(sched.reshape(0, &leave).is_err());
+    let mut dead = leave.clone();
+    dead.lost = vec!["w0".into()];
+    let mut sched = J::scheduler(job, &shape).unwrap();
+    assert!(sched.reshape(0, &dead).is_err());
+    assert!(sched.reshape(0, &leave).unwrap().is_none());
+    let Step::Run(Plan::PerWorker(tasks)) = sched.schedule(0, 0) else {
+        panic!("a gathering round")
+    };
+    tasks
+}

@@ -6,7 +6,10 @@
 //! (`on_node_death = "leave"`) is lost: it is dealt nothing, not even the change's round,
 //! and its share goes to the staying workers, who rebuild it from their data.
 
+use super::StradsModelError;
+use super::balance::RowDealer;
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 /// The workers of a running job and the announced changes not applied yet.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -90,6 +93,52 @@ impl RingChange {
         self.gathered = false;
         self.epoch = true;
     }
+
+    /// The ring after `change` at `round`, once the model is gathered: the staying
+    /// workers, which of them joined, and the ranges of units `dealer` deals them evenly.
+    /// `Ok(None)` away from a boundary (`at_boundary` false) and while the next round
+    /// gathers the model. Refuses deaths (the blocks of `app` die with their worker) and a
+    /// job without a dealer (static dealing).
+    pub fn ring_after(
+        &mut self,
+        dealer: Option<&mut RowDealer>,
+        (round, change): (u64, &Reshape),
+        at_boundary: bool,
+        app: &str,
+    ) -> Result<Option<NewRing>, StradsModelError> {
+        if !change.lost.is_empty() {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "workers {:?} died with their blocks: {app} takes joins and leaves, not deaths",
+                change.lost
+            )));
+        }
+        let Some(dealer) = dealer else {
+            return Err(StradsModelError::InvalidConfig(
+                "joins and leaves need balance = \"dynamic\"".into(),
+            ));
+        };
+        if !at_boundary || !self.gathered_for(change) {
+            return Ok(None);
+        }
+        let ranges = dealer.reshape(round, change)?;
+        let staying = change.staying.min(ranges.len());
+        Ok(Some(NewRing {
+            ring: change.staying().to_vec(),
+            joined: change.joined.get(..staying).unwrap_or_default().to_vec(),
+            ranges: ranges.get(..staying).unwrap_or_default().to_vec(),
+        }))
+    }
+}
+
+/// A ring re-formed by a change of the workers ([`RingChange::ring_after`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRing {
+    /// The workers' node names, in ring order.
+    pub ring: Vec<String>,
+    /// Which of them joined with the change.
+    pub joined: Vec<bool>,
+    /// Each one's range of units in the deal order.
+    pub ranges: Vec<Range<u64>>,
 }
 
 impl Roster {

@@ -4,9 +4,8 @@
 
 use super::*;
 use crate::apps::ring_changes::{self, change};
-use crate::core::app::{Plan, RingPush, Schedule, Step};
+use crate::core::app::RingPush;
 use crate::core::roster::Reshape;
-use crate::kit::{JobShape, StradsJob};
 
 fn job() -> LdaSettings {
     LdaSettings {
@@ -102,30 +101,14 @@ fn a_change_that_goes_away_after_the_gathering_re_forms_the_same_ring() {
 #[test]
 fn a_change_waits_for_a_pass_boundary_and_a_leaver_holds_nothing() {
     let job = job();
-    let shape = JobShape {
-        workers: 2,
-        schedulers: 1,
-    };
-    let mut sched = <LdaApp as StradsJob>::scheduler(&job, &shape).unwrap();
-    let leave = change(&["w1", "w0"], 1, &[false, false]);
-    // Round 0 starts the first pass: a boundary; the next round gathers the blocks.
-    assert_eq!(sched.reshape(0, &leave).unwrap(), None);
-    let Step::Run(Plan::PerWorker(tasks)) = sched.schedule(0, 0) else {
-        panic!("a gathering round")
-    };
+    let mut fixed = job.clone();
+    fixed.balance = Balance::Static;
+    // Round 0 starts the first pass: a boundary.
+    let tasks = ring_changes::first_change_round::<LdaApp>(&job, &fixed);
     assert!(matches!(
         tasks[..],
         [LdaTask::Collect { block: 0 }, LdaTask::Collect { block: 1 }]
     ));
-    // Static dealing refuses a change; so does a death.
-    let mut fixed = job.clone();
-    fixed.balance = Balance::Static;
-    let mut sched = <LdaApp as StradsJob>::scheduler(&fixed, &shape).unwrap();
-    assert!(sched.reshape(0, &leave).is_err());
-    let mut dead = leave.clone();
-    dead.lost = vec!["w0".into()];
-    let mut sched = <LdaApp as StradsJob>::scheduler(&job, &shape).unwrap();
-    assert!(sched.reshape(0, &dead).is_err());
     // A leaver of an epoch releases every document and holds no block and no work.
     let corpus = job.load().unwrap();
     let layout = LdaLayout::new(&corpus, 1);

@@ -5,9 +5,8 @@
 use super::*;
 use crate::apps::lasso::Balance;
 use crate::apps::ring_changes::{self, change};
-use crate::core::app::{Plan, RingPush, Schedule, Step};
+use crate::core::app::RingPush;
 use crate::core::roster::Reshape;
-use crate::kit::{JobShape, StradsJob};
 
 fn job() -> StradsMfSettings {
     StradsMfSettings {
@@ -77,27 +76,14 @@ fn a_join_and_a_leave_re_form_the_ring_and_land_on_the_fixed_model() {
 #[test]
 fn a_change_waits_for_a_rotation_boundary_and_a_leaver_holds_nothing() {
     let job = job();
-    let shape = JobShape {
-        workers: 2,
-        schedulers: 1,
-    };
-    let mut sched = <MfApp as StradsJob>::scheduler(&job, &shape).unwrap();
-    let leave = change(&["w1", "w0"], 1, &[false, false]);
-    // Round 0 is the first sub-round of the first rotation: a boundary. The first
-    // answer is no change yet, and the next round gathers the model.
-    assert_eq!(sched.reshape(0, &leave).unwrap(), None);
-    let Step::Run(Plan::PerWorker(tasks)) = sched.schedule(0, 0) else {
-        panic!("a gathering round")
-    };
+    let mut fixed = job.clone();
+    fixed.balance = Balance::Static;
+    // Round 0 is the first sub-round of the first rotation: a boundary.
+    let tasks = ring_changes::first_change_round::<MfApp>(&job, &fixed);
     assert!(matches!(
         tasks[..],
         [MfTask::Collect { block: 0 }, MfTask::Collect { block: 1 }]
     ));
-    // Without a dealer (static dealing) a change is refused.
-    let mut fixed = job.clone();
-    fixed.balance = Balance::Static;
-    let mut sched = <MfApp as StradsJob>::scheduler(&fixed, &shape).unwrap();
-    assert!(sched.reshape(0, &leave).is_err());
     // A leaver of an epoch holds no block and no work.
     let mut w = worker(&job, 0, 2);
     assert!(w.holds_work());

@@ -103,27 +103,12 @@ impl LdaScheduling {
         round: u64,
         change: &Reshape,
     ) -> Result<Option<Step<LdaTask>>, StradsModelError> {
-        if !change.lost.is_empty() {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "workers {:?} died with their word-topic blocks: lda takes joins and leaves, not deaths",
-                change.lost
-            )));
-        }
-        let Some(dealer) = self.dealer.as_mut() else {
-            return Err(StradsModelError::InvalidConfig(
-                "joins and leaves need balance = \"dynamic\"".into(),
-            ));
+        let at_boundary = self.s.t == 0 && self.s.pass <= self.iterations;
+        let dealer = self.dealer.as_mut();
+        let steps = &mut self.change.steps;
+        let Some(new) = steps.ring_after(dealer, (round, change), at_boundary, "lda")? else {
+            return Ok(None);
         };
-        if self.s.t != 0 || self.s.pass > self.iterations {
-            return Ok(None);
-        }
-        if !self.change.steps.gathered_for(change) {
-            return Ok(None);
-        }
-        let ranges = dealer.reshape(round, change)?;
-        let staying = change.staying().to_vec();
-        let ranges = ranges.get(..staying.len()).unwrap_or_default().to_vec();
-        let joined = change.joined.get(..staying.len()).unwrap_or_default();
-        Ok(Some(self.epoch_step(staying, joined.to_vec(), &ranges)))
+        Ok(Some(self.epoch_step(new.ring, new.joined, &new.ranges)))
     }
 }

@@ -54,26 +54,12 @@ impl MfScheduling {
         round: u64,
         change: &Reshape,
     ) -> Result<Option<Step<MfTask>>, StradsModelError> {
-        if !change.lost.is_empty() {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "workers {:?} died with their H blocks: strads-mf takes joins and leaves, not deaths",
-                change.lost
-            )));
-        }
-        let Some(dealer) = self.dealer.as_mut() else {
-            return Err(StradsModelError::InvalidConfig(
-                "joins and leaves need balance = \"dynamic\"".into(),
-            ));
+        let at_boundary = matches!(self.s.stage, Stage::Rotate { t: 0, .. });
+        let dealer = self.dealer.as_mut();
+        let steps = &mut self.change.steps;
+        let Some(new) = steps.ring_after(dealer, (round, change), at_boundary, "strads-mf")? else {
+            return Ok(None);
         };
-        if !matches!(self.s.stage, Stage::Rotate { t: 0, .. }) {
-            return Ok(None);
-        }
-        if !self.change.steps.gathered_for(change) {
-            return Ok(None);
-        }
-        let ranges = dealer.reshape(round, change)?;
-        let staying = change.staying().to_vec();
-        let ranges = ranges.get(..staying.len()).unwrap_or_default().to_vec();
-        Ok(Some(self.epoch_step(staying, &ranges)))
+        Ok(Some(self.epoch_step(new.ring, &new.ranges)))
     }
 }
