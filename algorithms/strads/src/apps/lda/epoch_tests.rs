@@ -89,6 +89,17 @@ fn a_join_and_a_leave_re_deal_the_documents_and_keep_the_counts_exact() {
 }
 
 #[test]
+fn a_join_before_the_initial_counts_deals_the_random_assignments() {
+    let job = job();
+    let join = change(&["w0", "w1", "w2"], 3, &[false, false, true]);
+    let joined = run(&job, vec![(0, join)], false);
+    assert_counts_exact(&job, &joined);
+    assert_eq!(joined.blocks().len(), 3);
+    // Round 0 gathers the (empty) blocks, round 1 re-forms the ring.
+    assert_eq!(joined.dealing().unwrap().changes[0].round, 1);
+}
+
+#[test]
 fn a_change_that_goes_away_after_the_gathering_re_forms_the_same_ring() {
     let job = job();
     let join = change(&["w0", "w1", "w2"], 3, &[false, false, true]);
