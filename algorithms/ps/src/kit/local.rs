@@ -111,7 +111,7 @@ pub struct PsTrainArgs<C: clap::Args> {
     /// `--checkpoint-every 0` and no standby workers.
     #[arg(long, default_value_t = 0)]
     pub standby_shards: usize,
-    /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker; at=4s remove
+    /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker-2; at=4s remove
     /// worker-0` or `at=1s add shard-2; at=2s remove shard-1`: the standby nodes start
     /// and members drain and leave at those times.
     #[arg(long, value_name = "PLAN")]
