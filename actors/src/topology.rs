@@ -430,7 +430,16 @@ impl Cluster {
         wiring: Wiring,
         stop: impl std::future::Future<Output = String>,
     ) -> Result<(), NodeError> {
-        let (ctx, coordinator_addr) = self.boot(name, wiring).await?;
+        let (ctx, coordinator_addr) = match self.boot(name, wiring).await {
+            // A standby node started as the job ended: nothing to do, and no failure.
+            Err(NodeError::Join(crate::AskError::Remote { ref error, .. }))
+                if crate::coordinator::MembershipError::is_job_ended(error) =>
+            {
+                tracing::info!(node = %name, "the job ended before this node joined");
+                return Ok(());
+            }
+            booted => booted?,
+        };
         let node = ctx.node.clone();
         let mut events = node.subscribe();
         let roles: Vec<_> = ctx
@@ -460,7 +469,7 @@ impl Cluster {
             if ctx.node.leaves_when_done() || ctx.node.is_leave_requested() {
                 return ctx.leave().await;
             }
-            ctx.barrier("petrel.finish").await
+            ctx.barrier(crate::coordinator::FINISH_BARRIER).await
         };
         let interrupted = |cause| NodeError::Interrupted {
             node: name.to_string(),

@@ -73,7 +73,16 @@ pub enum MembershipError {
     /// The coordinator actor stopped before answering.
     #[error("coordinator stopped")]
     Stopped,
+    /// A standby node asked to join after every member reached the final barrier.
+    #[error("{JOB_ENDED}")]
+    JobEnded,
 }
+
+/// The final barrier every member enters once its roles returned.
+pub const FINISH_BARRIER: &str = "petrel.finish";
+
+/// [`MembershipError::JobEnded`]'s text, read back by the refused joiner.
+const JOB_ENDED: &str = "the job ended before this node joined";
 
 /// Checks that a runtime message's claimed node is its authenticated sender (`None`: a
 /// local send, which speaks for this node).
@@ -92,6 +101,11 @@ impl MembershipError {
         let rest = text.split("the run already failed on ").nth(1)?;
         let (node, reason) = rest.split_once(": ")?;
         Some((node.to_owned(), reason.to_owned()))
+    }
+
+    /// Whether a refused join's text is a [`MembershipError::JobEnded`].
+    pub fn is_job_ended(text: &str) -> bool {
+        text.contains(JOB_ENDED)
     }
 }
 
@@ -126,6 +140,8 @@ pub struct ClusterCore<W> {
     barriers: HashMap<String, BarrierState<W>>,
     /// The first run failure, refusing every later join.
     run_failure: Option<MembershipError>,
+    /// The final barrier was released: the job is over and a late joiner has nothing to do.
+    finished: bool,
 }
 
 impl<W> ClusterCore<W> {
@@ -145,6 +161,7 @@ impl<W> ClusterCore<W> {
             timeout: failure_timeout,
             barriers: HashMap::new(),
             run_failure: None,
+            finished: false,
         }
     }
 
@@ -221,6 +238,7 @@ impl<W> ClusterCore<W> {
                 got: join.name.clone(),
             }),
             _ if self.run_failure.is_some() => self.run_failure.clone(),
+            _ if self.finished => Some(MembershipError::JobEnded),
             _ => self.dead.contains(&join.node).then(dead),
         };
         if let Some(refused) = refused {
@@ -412,6 +430,7 @@ impl<W> ClusterCore<W> {
             name: name.to_string(),
             participants: state.entered.len() as u32,
         };
+        self.finished |= name == FINISH_BARRIER;
         state
             .waiters
             .into_iter()

@@ -249,3 +249,41 @@ fn a_leave_that_completes_a_barrier_still_checks_agreement() {
     let out = c.enter_barrier("e", NodeId(1), Some(6), 1);
     assert!(out.iter().all(|(_, r)| r.is_ok()));
 }
+
+/// A standby node that asks to join once every member is in the final barrier is refused
+/// as late (its process then ends without failing the run); one that joins before is a
+/// member the barrier waits for.
+#[test]
+fn a_join_after_the_final_barrier_is_refused_as_late() {
+    let expected = (0..4).map(|i| (NodeId(i), format!("n{i}"))).collect();
+    let mut c: ClusterCore<u32> =
+        ClusterCore::new(expected, Duration::from_millis(100)).with_standby([NodeId(3)]);
+    let now = Instant::now();
+    for i in 0..3 {
+        c.join(join(i), i, now);
+    }
+    assert!(
+        c.enter_barrier(FINISH_BARRIER, NodeId(0), None, 0)
+            .is_empty()
+    );
+    assert!(
+        c.enter_barrier(FINISH_BARRIER, NodeId(1), None, 1)
+            .is_empty()
+    );
+    let released = c.enter_barrier(FINISH_BARRIER, NodeId(2), None, 2);
+    assert_eq!(released.len(), 3);
+    let refused = c.join(join(3), 3, now);
+    assert_eq!(refused, vec![(3, Err(MembershipError::JobEnded))]);
+    let text = MembershipError::JobEnded.to_string();
+    assert!(MembershipError::is_job_ended(&text), "{text}");
+    assert!(!MembershipError::is_job_ended("coordinator stopped"));
+    // Another barrier's release ends nothing.
+    let mut c = core3();
+    for i in 0..3 {
+        c.join(join(i), i, now);
+    }
+    for i in 0..3 {
+        c.enter_barrier("ready", NodeId(i), None, i);
+    }
+    assert!(!c.finished);
+}

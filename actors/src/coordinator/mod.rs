@@ -19,7 +19,7 @@ mod core;
 
 pub use self::agent::{Joined, NodeAgent};
 
-pub(crate) use self::core::{ClusterCore, MembershipError, Outcome, check_claim};
+pub(crate) use self::core::{ClusterCore, FINISH_BARRIER, MembershipError, Outcome, check_claim};
 
 use crate::address::Msg;
 use crate::error::{HandlerError, NodeError};
