@@ -1,6 +1,7 @@
 //! `petrel bench balance`: STRADS with one worker slowed `--straggler-factor` times (its
 //! compute takes that much longer, as the parameter-server benches' persistent straggler),
-//! static against dynamic dealing side by side in one run: the same work (Lasso and
+//! static against dynamic dealing side by side in one run, in `--repeats` interleaved
+//! pairs (medians): the same work (Lasso and
 //! logistic: as many rounds, `gap_tolerance = 0`; MF: as many sweeps; LDA: as many
 //! passes), the wall time of
 //! each and how far apart their final objectives are. Dynamic dealing re-deals the
@@ -81,9 +82,19 @@ pub struct BalanceBenchArgs {
     /// How the nodes run.
     #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
     pub transport: JobTransport,
+    /// Interleaved static/dynamic pairs per app (times are medians; 1 under `--quick`): a
+    /// run's time swings by a third from run to run on a shared machine.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// The apps to run (default: every STRADS app).
+    #[arg(long, value_delimiter = ',')]
+    pub apps: Vec<String>,
     #[arg(long, default_value = "target/bench-balance")]
     pub out: PathBuf,
 }
+
+/// The STRADS apps, in the bench's order.
+const BALANCE_APPS: [&str; 4] = ["lasso", "logistic", "strads-mf", "lda"];
 
 /// One app, static against dynamic dealing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,8 +102,10 @@ pub struct AppFigures {
     pub app: String,
     pub static_s: f64,
     pub dynamic_s: f64,
-    /// Static time over dynamic time.
+    /// Static time over dynamic time: the median of [`Self::pair_ratios`].
     pub dynamic_over_static: f64,
+    /// Each interleaved pair's static time over its dynamic time.
+    pub pair_ratios: Vec<f64>,
     /// `|f_dynamic - f_static| / |f_static|` of the final objectives (MF: the train
     /// RMSE; LDA: the log-likelihood per token).
     pub objective_rel_diff: f64,
@@ -127,6 +140,7 @@ pub struct BalanceFigures {
     pub rounds: u64,
     pub straggler: u32,
     pub straggler_factor: f64,
+    pub repeats: usize,
     pub apps: Vec<AppFigures>,
     /// STRADS apps that deal their work statically only.
     pub static_only: Vec<String>,
@@ -154,6 +168,7 @@ impl BalanceBenchArgs {
             lda_vocab: 200,
             lda_topics: 4,
             lda_iterations: 16,
+            repeats: 1,
             ..self.clone()
         }
     }
@@ -297,18 +312,38 @@ fn dealing_of(out: &std::path::Path) -> Result<Option<RowDealing>, CliError> {
     Ok(m.balance)
 }
 
-/// `app` static against dynamic dealing.
+/// `app` static against dynamic dealing, `--repeats` pairs interleaved: the times are
+/// medians, the ratio the median of the pairs' ratios (each pair ran under the same load),
+/// and the objective difference the largest of any pair.
 fn compare(args: &BalanceBenchArgs, app: &str) -> Result<AppFigures, CliError> {
-    let fixed = run_app(args, app, Balance::Static)?;
-    let dynamic = run_app(args, app, Balance::Dynamic)?;
-    let dealing = dynamic.balance.unwrap_or_default();
+    let mut pairs = Vec::new();
+    for _ in 0..args.repeats.max(1) {
+        pairs.push((
+            run_app(args, app, Balance::Static)?,
+            run_app(args, app, Balance::Dynamic)?,
+        ));
+    }
+    let median_of = |f: &dyn Fn(&(Run, Run)) -> f64| {
+        crate::common::median(&pairs.iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
+    };
+    let rel_diff = |(fixed, dynamic): &(Run, Run)| {
+        (dynamic.final_objective - fixed.final_objective).abs() / fixed.final_objective.abs()
+    };
+    let ratios: Vec<f64> = pairs
+        .iter()
+        .map(|(fixed, dynamic)| fixed.elapsed_s / dynamic.elapsed_s)
+        .collect();
+    let (fixed, dynamic) = pairs
+        .last()
+        .ok_or_else(|| CliError::Usage("no run".into()))?;
+    let dealing = dynamic.balance.clone().unwrap_or_default();
     Ok(AppFigures {
         app: app.into(),
-        static_s: fixed.elapsed_s,
-        dynamic_s: dynamic.elapsed_s,
-        dynamic_over_static: fixed.elapsed_s / dynamic.elapsed_s,
-        objective_rel_diff: (dynamic.final_objective - fixed.final_objective).abs()
-            / fixed.final_objective.abs(),
+        static_s: median_of(&|(f, _)| f.elapsed_s),
+        dynamic_s: median_of(&|(_, d)| d.elapsed_s),
+        dynamic_over_static: crate::common::median(&ratios).unwrap_or(f64::NAN),
+        pair_ratios: ratios,
+        objective_rel_diff: pairs.iter().map(rel_diff).fold(0.0, f64::max),
         objective_tolerance: match app {
             "lda" => 2e-2,
             "strads-mf" => 1e-4,
@@ -328,8 +363,15 @@ pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
     let args = args.sized();
     let out = petrel::train::plot::absolute(&args.out)?;
     let args = BalanceBenchArgs { out, ..args };
-    let apps = ["lasso", "logistic", "strads-mf", "lda"]
+    if let Some(unknown) = (args.apps.iter()).find(|a| !BALANCE_APPS.contains(&a.as_str())) {
+        return Err(CliError::Usage(format!(
+            "--apps {unknown}: not a STRADS app (one of {})",
+            BALANCE_APPS.join(", ")
+        )));
+    }
+    let apps = BALANCE_APPS
         .into_iter()
+        .filter(|app| args.apps.is_empty() || args.apps.iter().any(|a| a == app))
         .map(|app| compare(&args, app))
         .collect::<Result<Vec<_>, _>>()?;
     let keys = "app static_s dynamic_s dynamic_over_static objective_rel_diff static_updates \
@@ -346,6 +388,7 @@ pub fn measure(args: &BalanceBenchArgs) -> Result<BalanceFigures, CliError> {
         rounds: args.rounds,
         straggler: 0,
         straggler_factor: args.straggler_factor,
+        repeats: args.repeats.max(1),
         apps,
         static_only: Vec::new(),
     })

@@ -273,7 +273,7 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "balance",
-        "every STRADS app (Lasso, logistic, MF, LDA) with worker 0 slowed 2x, static against dynamic dealing (by measured worker speed) for the same work: speed-up and final objective apart",
+        "every STRADS app (Lasso, logistic, MF, LDA) with worker 0 slowed 2x, static against dynamic dealing (by measured worker speed) for the same work, interleaved pairs: median speed-up and final objective apart",
         "apps[].dynamic_over_static apps[].objective_rel_diff",
     ),
     (

@@ -344,6 +344,16 @@ fn balance_quick_compares_static_and_dynamic_dealing_with_a_slow_worker() {
     let f = petrel_bench::balance::measure(&a).unwrap();
     let json = serde_json::to_value(&f).unwrap();
     assert_eq!(json["bench"], "balance");
+    assert_eq!(f.repeats, 1);
+    let unknown = petrel_bench::balance::BalanceBenchArgs {
+        apps: vec!["ps-lr".into()],
+        ..a.clone()
+    };
+    let e = petrel_bench::balance::measure(&unknown).unwrap_err();
+    assert!(
+        e.to_string().contains("--apps ps-lr: not a STRADS app"),
+        "{e}"
+    );
     let apps = json["apps"].as_array().unwrap();
     assert_eq!(apps.len(), 4);
     for (app, key) in apps.iter().flat_map(|app| {
