@@ -554,7 +554,12 @@ fn scheduled_lasso_workers_join_and_leave_across_network_namespaces() {
         common::metrics(&out)
     };
     let plan = "at=200ms add w2; at=700ms remove w0";
-    let m = run("hosts", true, &["--netns", &prefix, "--scale", plan]);
+    // The fixed run beside the elastic one: the test's time is the longer of the two.
+    let (m, fixed) = std::thread::scope(|scope| {
+        let fixed = scope.spawn(|| run("loopback", false, &[]));
+        let m = run("hosts", true, &["--netns", &prefix, "--scale", plan]);
+        (m, fixed.join().unwrap())
+    });
     let resolved = std::fs::read_to_string(dir.path().join("hosts-run/cluster.toml")).unwrap();
     assert!(resolved.contains("198.18.0.4:7000"), "{resolved}");
     let changes: Vec<_> = (m["balance"]["changes"].as_array().unwrap().iter())
@@ -562,7 +567,6 @@ fn scheduled_lasso_workers_join_and_leave_across_network_namespaces() {
         .collect();
     let want = [("[\"w2\"]", "[]"), ("[]", "[\"w0\"]")].map(|(j, l)| (j.into(), l.into()));
     assert_eq!(changes, want, "{m}");
-    let fixed = run("loopback", false, &[]);
     assert!(fixed["balance"].get("changes").is_none(), "{fixed}");
     let objective = |m: &serde_json::Value| m["final_objective"].as_f64().unwrap();
     let (across, fixed) = (objective(&m), objective(&fixed));
@@ -609,14 +613,19 @@ fn ps_lr_shards_join_and_leave_across_network_namespaces() {
         assert!(orphans.is_empty(), "{name}: orphans {orphans:?}");
         common::metrics(&out)
     };
-    let m = run("hosts", true, &["--netns", &prefix]);
+    let (m, fixed) = std::thread::scope(|scope| {
+        let fixed = scope.spawn(|| run("loopback", false, &[]));
+        (
+            run("hosts", true, &["--netns", &prefix]),
+            fixed.join().unwrap(),
+        )
+    });
     let changes: Vec<_> = (m["changes"].as_array().unwrap().iter())
         .map(|c| (c["worker"].as_u64().unwrap(), c["change"].to_string()))
         .collect();
     let want = [(2, "\"shard joined\""), (1, "\"shard left\"")].map(|(s, c)| (s, c.to_string()));
     assert_eq!(changes, want, "{m}");
     assert_eq!(m["worker_clocks"], serde_json::json!([80, 80]), "{m}");
-    let fixed = run("loopback", false, &[]);
     for (key, tolerance) in [("test_log_loss", 0.05), ("test_accuracy", 0.02)] {
         let (e, f) = (
             m["final"][key].as_f64().unwrap(),
