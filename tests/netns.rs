@@ -1,3 +1,4 @@
+// Over 600 lines: every scenario on emulated hosts shares the set-up of this file.
 //! Clusters across network namespaces joined by rate-limited veth links: real multi-host
 //! runs on one machine. Needs root and iproute2; skips with a message otherwise.
 
@@ -472,4 +473,167 @@ fn elastic_job_joins_and_leaves_across_network_namespaces() {
             .any(|l| l.starts_with("dealer: final members boss, w1, w2 ")),
         "{boss_out}"
     );
+}
+
+/// `petrel run <cfg> --run-dir <run_dir> <args>` to its end, which must succeed: the node
+/// processes seen while it ran that are still alive (none, or they are orphans).
+fn run_to_the_end(cfg: &std::path::Path, run_dir: &std::path::Path, args: &[&str]) -> Vec<u32> {
+    let log = run_dir.with_extension("log");
+    let mut child = Command::new(PETREL)
+        .arg("run")
+        .arg(cfg)
+        .args(["--timeout-s", "60", "--run-dir"])
+        .arg(run_dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut seen = std::collections::BTreeSet::new();
+    let status = loop {
+        seen.extend(common::children_of(child.id()));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "petrel run {args:?}: {status}\n{stderr}");
+    seen.into_iter().filter(|&p| common::alive(p)).collect()
+}
+
+/// A job file: `[cluster]` with `cluster`'s lines, `nodes` (name, roles, standby) on
+/// 127.0.0.1, then `app`.
+fn job_file(path: &std::path::Path, cluster: &str, nodes: &[(&str, &str, bool)], app: &str) {
+    let mut cfg = format!("[cluster]\n{cluster}");
+    for (node, roles, standby) in nodes {
+        cfg.push_str(&format!(
+            "[[nodes]]\nname = \"{node}\"\naddr = \"127.0.0.1:0\"\nroles = {roles}\nstandby = {standby}\n"
+        ));
+    }
+    cfg.push_str(app);
+    std::fs::write(path, cfg).unwrap();
+}
+
+/// The scheduled Lasso with dynamic dealing, each node on its own emulated host under
+/// `petrel run --netns --scale`: the standby `w2` joins at 200 ms and `w0` leaves at
+/// 700 ms; both changes are in `metrics.json`, the objective is the one a fixed
+/// membership reaches on loopback (to 1e-6, the gap stop), and no node process is left.
+#[test]
+fn scheduled_lasso_workers_join_and_leave_across_network_namespaces() {
+    if netns_skip("scheduled_lasso_workers_join_and_leave_across_network_namespaces") {
+        return;
+    }
+    let prefix = format!("el{}", std::process::id() % 10_000);
+    let _hosts = Teardown(Hosts::up(&prefix, 4, &LinkShape::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, standby: bool, args: &[&str]| {
+        let out = dir.path().join(name);
+        let worker = "[\"strads-lasso-worker\"]";
+        let mut nodes = vec![
+            ("scheduler", "[\"strads-lasso-scheduler\"]", false),
+            ("w0", worker, false),
+            ("w1", worker, false),
+        ];
+        nodes.extend(standby.then_some(("w2", worker, true)));
+        let app = format!(
+            "[app.lasso]\nsolver = \"scheduled\"\nbalance = \"dynamic\"\nblock_size = 8\n\
+             candidate_pool = 32\neval_every = 50\ngap_tolerance = 1e-6\nmax_rounds = 20000\n\
+             out = \"{}\"\n[app.lasso.synthetic]\nn_samples = 300\nn_features = 300\n",
+            out.display()
+        );
+        let cfg = out.with_extension("toml");
+        job_file(&cfg, "name = \"lasso-hosts\"\n", &nodes, &app);
+        let orphans = run_to_the_end(&cfg, &dir.path().join(format!("{name}-run")), args);
+        assert!(orphans.is_empty(), "{name}: orphans {orphans:?}");
+        common::metrics(&out)
+    };
+    let plan = "at=200ms add w2; at=700ms remove w0";
+    // The fixed run beside the elastic one: the test's time is the longer of the two.
+    let (m, fixed) = std::thread::scope(|scope| {
+        let fixed = scope.spawn(|| run("loopback", false, &[]));
+        let m = run("hosts", true, &["--netns", &prefix, "--scale", plan]);
+        (m, fixed.join().unwrap())
+    });
+    let resolved = std::fs::read_to_string(dir.path().join("hosts-run/cluster.toml")).unwrap();
+    assert!(resolved.contains("198.18.0.4:7000"), "{resolved}");
+    let changes: Vec<_> = (m["balance"]["changes"].as_array().unwrap().iter())
+        .map(|c| (c["joined"].to_string(), c["left"].to_string()))
+        .collect();
+    let want = [("[\"w2\"]", "[]"), ("[]", "[\"w0\"]")].map(|(j, l)| (j.into(), l.into()));
+    assert_eq!(changes, want, "{m}");
+    assert!(fixed["balance"].get("changes").is_none(), "{fixed}");
+    let objective = |m: &serde_json::Value| m["final_objective"].as_f64().unwrap();
+    let (across, fixed) = (objective(&m), objective(&fixed));
+    assert!(
+        (across - fixed).abs() <= 1e-6 * fixed.abs(),
+        "objective {across} across hosts against {fixed} with a fixed membership on loopback"
+    );
+}
+
+/// ps-lr on five emulated hosts under `petrel run --netns` with the plan in the job file
+/// (`[cluster] scale`): the standby `shard-2` joins and `shard-1` leaves, handing its rows
+/// over; both changes in `metrics.json`, every worker runs every clock, the held-out
+/// figures are a fixed loopback run's within SGD's tolerances (those of
+/// `tests/elastic_ps.rs`), and no node process is left.
+#[test]
+fn ps_lr_shards_join_and_leave_across_network_namespaces() {
+    if netns_skip("ps_lr_shards_join_and_leave_across_network_namespaces") {
+        return;
+    }
+    let prefix = format!("es{}", std::process::id() % 10_000);
+    let _hosts = Teardown(Hosts::up(&prefix, 5, &LinkShape::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, elastic: bool, args: &[&str]| {
+        let out = dir.path().join(name);
+        let (shard, worker) = ("[\"ps-lr-shard\"]", "[\"ps-lr-worker\"]");
+        let mut nodes = vec![
+            ("shard-0", "[\"ps-lr-shard\", \"ps-lr-monitor\"]", false),
+            ("shard-1", shard, false),
+            ("worker-0", worker, false),
+            ("worker-1", worker, false),
+        ];
+        nodes.extend(elastic.then_some(("shard-2", shard, true)));
+        let mut cluster = String::from("name = \"ps-lr-hosts\"\n");
+        if elastic {
+            cluster.push_str("scale = \"at=300ms add shard-2; at=1200ms remove shard-1\"\n");
+        }
+        let app = format!(
+            "[app.lr]\nclock_ms = 40.0\ncheckpoint_every = 0\nmax_clocks = 80\nout = \"{}\"\n",
+            out.display()
+        );
+        let cfg = out.with_extension("toml");
+        job_file(&cfg, &cluster, &nodes, &app);
+        let orphans = run_to_the_end(&cfg, &dir.path().join(format!("{name}-run")), args);
+        assert!(orphans.is_empty(), "{name}: orphans {orphans:?}");
+        common::metrics(&out)
+    };
+    let (m, fixed) = std::thread::scope(|scope| {
+        let fixed = scope.spawn(|| run("loopback", false, &[]));
+        (
+            run("hosts", true, &["--netns", &prefix]),
+            fixed.join().unwrap(),
+        )
+    });
+    let changes: Vec<_> = (m["changes"].as_array().unwrap().iter())
+        .map(|c| (c["worker"].as_u64().unwrap(), c["change"].to_string()))
+        .collect();
+    let want = [(2, "\"shard joined\""), (1, "\"shard left\"")].map(|(s, c)| (s, c.to_string()));
+    assert_eq!(changes, want, "{m}");
+    assert_eq!(m["worker_clocks"], serde_json::json!([80, 80]), "{m}");
+    for (key, tolerance) in [("test_log_loss", 0.05), ("test_accuracy", 0.02)] {
+        let (e, f) = (
+            m["final"][key].as_f64().unwrap(),
+            fixed["final"][key].as_f64().unwrap(),
+        );
+        assert!(
+            (e - f).abs() <= tolerance,
+            "{key} {e} across hosts against {f} fixed"
+        );
+    }
 }

@@ -52,6 +52,14 @@ pub enum P3Error {
         #[source]
         source: AskError,
     },
+    /// Telling a shard that serves no more that its last replies arrived failed.
+    #[error("telling shard {shard} its replies of iteration {iter} arrived")]
+    RepliesIn {
+        shard: usize,
+        iter: u64,
+        #[source]
+        source: AskError,
+    },
     /// Sending a slice's initial values to its shard failed.
     #[error("initialising slice {slice}")]
     InitSlice {

@@ -11,6 +11,8 @@
 //!   reassemble parameters), and [`reference_step`], the same update in one process.
 //! - [`roster`]: [`WorkerRoster`], the workers an iteration averages over, changed between
 //!   iterations by what the workers' pushes [`Announce`].
+//! - [`departure`]: [`Departure`], when a leaving shard's node may leave (every worker it
+//!   answered last confirmed it has those replies).
 //! - [`cost`] and [`simulator`]: [`CostModel`], the C/M [`Bounds`], and a deterministic
 //!   discrete-event [`simulate`] of the three modes with [`auto_slice_size`].
 //! - [`profile`]: [`ModelProfile`]s of real architectures (VGG-19, ResNet-50, a
@@ -18,6 +20,7 @@
 //! - [`error`]: [`P3CoreError`], the one error of the cores.
 
 pub mod cost;
+pub mod departure;
 pub mod error;
 pub mod mode;
 pub mod profile;
@@ -29,6 +32,7 @@ pub mod slicing;
 pub mod worker;
 
 pub use cost::{Bounds, CostModel, ideal_iteration_s};
+pub use departure::{Departure, shards_done_with};
 pub use error::P3CoreError;
 pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};

@@ -78,6 +78,8 @@ pub struct Applied {
     pub iter: u64,
     /// The slice's new values.
     pub values: Vec<f32>,
+    /// The workers whose gradients of `iter` it averaged: those its replies answer.
+    pub answered: Vec<usize>,
     /// The workers of iteration `iter + 1`, in worker order.
     pub members: Vec<usize>,
     /// Joiners whose pull of this slice these values answer.
@@ -398,6 +400,7 @@ impl SliceShardCore {
         opt.step(&mut s.velocity, &mut s.params, &sum)
             .map_err(P3CoreError::Optimizer)?;
         s.received = 0;
+        let answered = s.roster.members().iter().copied().collect();
         s.roster = s.roster.next(&s.joiners, &s.leaving);
         s.joiners.clear();
         s.leaving.clear();
@@ -424,6 +427,7 @@ impl SliceShardCore {
         let mut applied = Applied {
             iter,
             values: s.params.clone(),
+            answered,
             members: s.roster.members().iter().copied().collect(),
             pulls,
             shards,

@@ -106,6 +106,19 @@ pub struct ShardsDone {
 
 remote_message!(ShardsDone => u64, "petrel.p3.shards-done");
 
+/// A worker has every reply of iteration `iter` from a shard that serves none of the next
+/// ([`crate::core::shards_done_with`]): a leaving shard's node waits for these
+/// ([`crate::core::Departure`]). Reply: the iteration.
+#[derive(Serialize, Deserialize)]
+pub struct RepliesIn {
+    /// The worker.
+    pub worker: u32,
+    /// The iteration whose replies it has.
+    pub iter: u64,
+}
+
+remote_message!(RepliesIn => u64, "petrel.p3.replies-in");
+
 /// Initial values of a slice (sent once by worker 0 before training). Reply: the slice id.
 #[derive(Serialize, Deserialize)]
 pub struct InitSlice {

@@ -1,8 +1,8 @@
 //! The server shard: a [`SliceShardCore`] behind a priority mailbox, and its role.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -10,12 +10,15 @@ use petrel_actors::{ActorRef, HandlerError, Msg, NodeContext, PriorityActor, Pri
 use petrel_messages::Priority;
 
 use crate::checkpoint::write_shard_file;
-use crate::core::{Announce, Applied, Pulled, SliceHandOff, SliceShardCore, WorkerRoster};
+use crate::core::{
+    Announce, Applied, Departure, Pulled, SliceHandOff, SliceShardCore, WorkerRoster,
+};
 use crate::error::P3Error;
 use crate::kit::P3Job;
 use crate::shells::index_in;
 use crate::shells::messages::{
-    HandOver, InitSlice, PullSlice, PushGrad, SaveShard, SavedFile, ShardsDone, SliceValues,
+    HandOver, InitSlice, PullSlice, PushGrad, RepliesIn, SaveShard, SavedFile, ShardsDone,
+    SliceValues,
 };
 use crate::shells::start::{ask_started, live_in};
 use crate::shells::worker::WORKER_ROLE;
@@ -58,6 +61,14 @@ pub struct ShardStatus {
     finished: AtomicBool,
     /// Shard 0 applied the job's last iteration ([`ShardsDone`]).
     told: AtomicBool,
+    /// Which workers this shard answered last and which of them confirmed those replies.
+    departure: Mutex<Departure>,
+}
+
+impl ShardStatus {
+    fn departure(&self) -> MutexGuard<'_, Departure> {
+        self.departure.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl ShardActor {
@@ -169,6 +180,10 @@ impl ShardActor {
         let last = applied.iter + 1 == self.core.end();
         if me == 0 && slice == 0 && last {
             self.tell_done();
+        }
+        if last || applied.handoff.is_some() {
+            let answered = applied.answered.iter().copied();
+            self.status.departure().last_served(answered);
         }
         match applied.handoff.take() {
             None => {
@@ -371,6 +386,22 @@ impl Handler<Msg<ShardsDone>> for ShardActor {
     }
 }
 
+impl Handler<Msg<RepliesIn>> for ShardActor {
+    type Result = Result<u64, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<RepliesIn>, _: &mut Context<Self>) -> Self::Result {
+        let (worker, iter) = (msg.body.worker as usize, msg.body.iter);
+        tracing::debug!(
+            shard = self.core.shard(),
+            worker,
+            iter,
+            "worker has the shard's last replies"
+        );
+        self.status.departure().confirmed(worker);
+        Ok(iter)
+    }
+}
+
 impl Handler<Msg<SaveShard>> for ShardActor {
     type Result = Result<SavedFile, HandlerError>;
 
@@ -449,7 +480,8 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
         .accept::<InitSlice>()
         .accept::<SaveShard>()
         .accept::<HandOver>()
-        .accept::<ShardsDone>();
+        .accept::<ShardsDone>()
+        .accept::<RepliesIn>();
     if !elastic {
         ctx.barrier("p3.ready").await?;
         ctx.barrier("p3.init").await?;
@@ -459,34 +491,29 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
     Ok(())
 }
 
-/// How long a leaving shard stays after its last reply went out.
-const REPLY_GRACE: Duration = Duration::from_millis(500);
-
 /// A shard other than shard 0 (whose node runs the coordinator and stays) serves until the
-/// job's end, or, once its node is asked to leave, until it handed every slice over (or
-/// answered their last iteration): then its node leaves.
+/// job's end, or, once its node is asked to leave, until it serves no slice and every
+/// worker it answered last confirmed it has those replies ([`Departure`]): then its node
+/// leaves. The replies and the view without it travel on different connections, so a
+/// worker that heard of the leave first would fail the request still awaiting them.
 async fn serve_until_done(ctx: &NodeContext, me: usize, status: &ShardStatus) {
-    let done = || {
-        let idle =
-            status.empty.load(Ordering::Acquire) && status.handing.load(Ordering::Acquire) == 0;
-        status.finished.load(Ordering::Acquire) || idle
-    };
     loop {
+        let told = status.told.load(Ordering::Acquire);
+        let finished = status.finished.load(Ordering::Acquire);
         if ctx.node.is_leave_requested() {
             status.leaving.store(true, Ordering::Release);
-            if done() {
-                // Its last replies travel on their own connections, the view without it on
-                // the coordinator's: a worker that heard of the leave first would fail the
-                // request still awaiting them. A slice handed to it meanwhile (it was
-                // announced joining before it was asked to leave) keeps it.
-                tokio::time::sleep(REPLY_GRACE).await;
-                if done() {
-                    tracing::info!(shard = me, "p3 shard handed its slices over; leaving");
-                    ctx.node.leave_when_done();
-                    return;
-                }
+            let holds = !status.empty.load(Ordering::Acquire) && !finished;
+            let serving = holds || status.handing.load(Ordering::Acquire) > 0;
+            let live = live_in(ctx, WORKER_ROLE);
+            if status.departure().may_leave(serving, told, &live) {
+                tracing::info!(
+                    shard = me,
+                    "p3 shard's slices and last replies are delivered; leaving"
+                );
+                ctx.node.leave_when_done();
+                return;
             }
-        } else if status.finished.load(Ordering::Acquire) || status.told.load(Ordering::Acquire) {
+        } else if finished || told {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -1,3 +1,4 @@
+// Over 600 lines: the worker role's loop, pushes, checkpoints and confirmations share its state.
 //! The worker: runs any [`StageModel`] stage by stage over a [`SliceWorkerCore`], pushing
 //! gradient slices at their priority and installing parameter tensors as they complete.
 
@@ -9,11 +10,13 @@ use petrel_messages::Priority;
 
 use crate::checkpoint::{CheckpointConfig, CheckpointPolicy, write_manifest, write_worker_file};
 use crate::core::slicing::owner;
-use crate::core::{Announce, RosterChange, SliceWorkerCore, WorkerRoster};
+use crate::core::{Announce, RosterChange, SliceWorkerCore, WorkerRoster, shards_done_with};
 use crate::error::P3Error;
 use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel, StepStats};
 use crate::shells::index_in;
-use crate::shells::messages::{PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved};
+use crate::shells::messages::{
+    PushGrad, RepliesIn, SaveShard, SavedFile, SliceValues, WorkerSaved,
+};
 use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE, starting_in};
 use crate::shells::start::{init_shards, live_in, pull_params, resume_state};
 
@@ -541,6 +544,9 @@ impl<M: StageModel> Worker<M> {
         let mut marks = Vec::with_capacity(job.iterations.saturating_sub(start) as usize + 1);
         for iter in start..job.iterations {
             marks.extend(self.forward(iter, iter == start).await?);
+            // Every reply of the previous iteration is in.
+            let next: Vec<usize> = self.shards.members().iter().copied().collect();
+            self.replies_in(ctx, iter.saturating_sub(1), &next).await?;
             let step = self.model.stats();
             if let Some(s) = &step {
                 // A step too large shows first in the loss: one number per iteration, where a
@@ -589,7 +595,55 @@ impl<M: StageModel> Worker<M> {
             }
         }
         self.wait_for(|c| c.all_ready()).await?;
+        let last = self.roster_iter.saturating_sub(1);
+        // After the job's last iteration no shard serves any more.
+        let next: Vec<usize> = match self.roster_iter < job.iterations {
+            true => self.shards.members().iter().copied().collect(),
+            false => Vec::new(),
+        };
+        self.replies_in(ctx, last, &next).await?;
         marks.push(Instant::now());
         Ok(marks)
+    }
+
+    /// Tells each shard that served iteration `iter` (the owners its pushes went to) and
+    /// serves none of the `next` one that this worker has every reply of it: a leaving
+    /// shard's node waits for that ([`crate::core::Departure`]).
+    async fn replies_in(
+        &self,
+        ctx: &NodeContext,
+        iter: u64,
+        next: &[usize],
+    ) -> Result<(), P3Error> {
+        if !ctx.settings.allows_membership_changes() {
+            // Shards leave only in a job whose members may change.
+            return Ok(());
+        }
+        let done = shards_done_with(&self.pusher.owners, next);
+        let asks = done.into_iter().map(|shard| {
+            let node = self.shard_nodes.get(shard).cloned().unwrap_or_default();
+            let target = ctx.node.actor_at::<RepliesIn>(&node, SHARD_ACTOR);
+            let msg = RepliesIn {
+                worker: self.me as u32,
+                iter,
+            };
+            let timeout = self.job.ask_timeout;
+            async move {
+                match target?.ask(msg, Priority::NORMAL, timeout).await {
+                    // It leaves only once it heard this: its answer and the view without
+                    // it may come in either order.
+                    Ok(_) | Err(AskError::PeerLeft { .. }) => Ok(()),
+                    Err(source) => Err(P3Error::RepliesIn {
+                        shard,
+                        iter,
+                        source,
+                    }),
+                }
+            }
+        });
+        for r in futures::future::join_all(asks).await {
+            r?;
+        }
+        Ok(())
     }
 }

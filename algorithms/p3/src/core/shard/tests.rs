@@ -218,6 +218,10 @@ fn shards_join_and_leave_at_boundaries_and_match_the_reference() {
                     continue;
                 };
                 assert_eq!(*next.get_or_insert(out.shards.clone()), out.shards);
+                assert_eq!(
+                    out.answered, workers,
+                    "the replies of {it} go to its workers"
+                );
                 let from = Pulled::from(&out);
                 joiner.extend(out.pulls.iter().map(|_| (s.id, from.clone())));
                 if let Some(h) = out.handoff {
