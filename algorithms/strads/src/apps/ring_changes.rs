@@ -4,7 +4,7 @@
 //! boundaries the scheduler takes them.
 
 use crate::core::app::{BlockFate, BlockId, Plan, RingApp, RingPush, Schedule, Step};
-use crate::core::roster::Reshape;
+use crate::core::roster::{NewRing, Reshape};
 use crate::kit::{JobShape, RingHalf, StradsJob};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -127,6 +127,15 @@ where
     }
     assert!(changes.is_empty(), "every change was made");
     sched
+}
+
+/// The ring `w1` alone (what a leave of `w0` from two workers re-forms).
+pub(crate) fn ring_of_w1() -> NewRing {
+    NewRing {
+        ring: vec!["w1".into()],
+        joined: vec![false],
+        ranges: Vec::new(),
+    }
 }
 
 /// A change dealt to `dealt`, the first `staying` of them staying.

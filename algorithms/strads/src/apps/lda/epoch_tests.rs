@@ -123,13 +123,12 @@ fn a_change_waits_for_a_pass_boundary_and_a_leaver_holds_nothing() {
     // A leaver of an epoch releases every document and holds no block and no work.
     let corpus = job.load().unwrap();
     let layout = LdaLayout::new(&corpus, 1);
-    let epoch = LdaTask::Epoch(Box::new(LdaEpoch {
-        ring: vec!["w1".into()],
-        joined: vec![false],
+    let model = LdaEpoch {
         doc_owner: layout.docs.doc_worker.clone(),
         ranges: vec![(0, 60)],
         blocks: layout.vocabulary.empty_blocks(),
-    }));
+    };
+    let epoch = LdaTask::Ring(ring_changes::ring_of_w1().epoch(model));
     let mut w = ring_changes::worker::<LdaApp, LdaWorkerApp>(&job, 0, 2);
     assert!(w.holds_work());
     let (released, held) = w.rering(3, &epoch, None).unwrap();

@@ -16,7 +16,8 @@
 //! assignments, and the commit hands them to their new owners. The word-topic blocks and
 //! topic totals do not change, so every token keeps its topic and is sampled once a pass.
 //! Workers join and leave at a pass boundary under dynamic dealing: a Collect round
-//! gathers the blocks, then an epoch round ([`LdaEpoch`]) re-forms the ring over the
+//! gathers the blocks, then an epoch round ([`LdaEpoch`] in a
+//! [`RingEpoch`](crate::core::roster::RingEpoch)) re-forms the ring over the
 //! workers of the moment, the vocabulary split into one block per worker and the
 //! documents dealt evenly with their topic assignments.
 //!
@@ -27,6 +28,7 @@ use std::path::PathBuf;
 
 use crate::apps::lasso::Balance;
 use crate::core::app::{BlockId, RingApp, strads_app};
+use crate::core::roster::RingControl;
 use crate::error::StradsError;
 use crate::kit::dealing::Straggler;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings};
@@ -255,29 +257,16 @@ pub enum LdaTask {
         /// The block.
         block: usize,
     },
-    /// A re-deal (`balance = "dynamic"`, between passes): the worker now owns the
-    /// documents at positions `start..end` of [`deal_order`](crate::core::balance::deal_order)
-    /// and releases the others it holds; no block.
-    Deal {
-        /// First position.
-        start: u64,
-        /// One past the last.
-        end: u64,
-    },
-    /// A change of the workers (after a Collect round gathered the blocks, at a pass
-    /// boundary): the ring re-forms over the workers of the moment; each worker releases
-    /// the documents it no longer owns (the commit deals them) and rebuilds its token
-    /// index; no block.
-    Epoch(Box<LdaEpoch>),
+    /// A re-deal of the documents (between passes), or a change of the workers (after a
+    /// Collect round gathered the blocks, at a pass boundary): the ring re-forms over the
+    /// workers of the moment; each worker releases the documents it no longer owns (the
+    /// commit deals them) and rebuilds its token index.
+    Ring(RingControl<LdaEpoch>),
 }
 
-/// The ring after a change of the workers.
+/// LDA's part of a change of the workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LdaEpoch {
-    /// The workers' node names in ring order (a worker not named leaves).
-    pub ring: Vec<String>,
-    /// Which of them joined with this change (they hold no document yet).
-    pub joined: Vec<bool>,
     /// The starting static split whose [`deal_order`](crate::core::balance::deal_order)
     /// the ranges are positions of.
     pub doc_owner: Vec<u32>,
@@ -345,13 +334,13 @@ impl RingApp for LdaApp {
             LdaTask::Init { block, .. }
             | LdaTask::Sample { block, .. }
             | LdaTask::Collect { block } => Some(*block as BlockId),
-            LdaTask::Deal { .. } | LdaTask::Epoch(_) => None,
+            LdaTask::Ring(_) => None,
         }
     }
 
     fn new_ring(task: &LdaTask) -> Option<&[String]> {
         match task {
-            LdaTask::Epoch(epoch) => Some(&epoch.ring),
+            LdaTask::Ring(control) => control.new_ring(),
             _ => None,
         }
     }
