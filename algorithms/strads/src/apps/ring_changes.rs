@@ -98,7 +98,12 @@ where
         ring.workers.insert(name.clone(), half.logic);
     }
     // The joiner builds its half as a standby node does (over all three nodes).
-    ring.workers.insert("w2".into(), worker::<J, W>(job, 2, 3));
+    let all = JobShape {
+        workers: 3,
+        ..shape
+    };
+    ring.workers
+        .insert("w2".into(), J::joiner(job, 2, &all).unwrap().logic);
     for round in 0.. {
         if let Some((at, change)) = changes.first().cloned()
             && round >= at

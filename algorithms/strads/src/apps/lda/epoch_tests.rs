@@ -88,6 +88,22 @@ fn a_join_and_a_leave_re_deal_the_documents_and_keep_the_counts_exact() {
     );
 }
 
+/// A standby worker loads no documents (the change that admits it deals them), and
+/// agrees with the others on the corpus.
+#[test]
+fn a_joiner_holds_no_documents_until_its_change() {
+    let job = job();
+    let shape = crate::kit::JobShape {
+        workers: 3,
+        schedulers: 1,
+    };
+    let joiner = LdaApp::joiner(&job, 2, &shape).unwrap();
+    let starting = LdaApp::worker(&job, 2, &shape).unwrap();
+    assert!(joiner.logic.core().doc_ids().is_empty());
+    assert!(!starting.logic.core().doc_ids().is_empty());
+    assert_eq!(joiner.data_digest, starting.data_digest);
+}
+
 #[test]
 fn a_join_before_the_initial_counts_deals_the_random_assignments() {
     let job = job();

@@ -143,8 +143,13 @@ impl LdaSettings {
         )?)
     }
 
-    /// Worker `worker`'s documents and the layout's statistics ([`load_corpus_share`]).
-    pub fn load_share(&self, workers: usize, worker: usize) -> Result<CorpusShare, StradsError> {
+    /// Worker `worker`'s documents (none for `None`: a joiner's) and the layout's
+    /// statistics ([`load_corpus_share`]).
+    pub fn load_share(
+        &self,
+        workers: usize,
+        worker: Option<usize>,
+    ) -> Result<CorpusShare, StradsError> {
         Ok(load_corpus_share(
             self.docword.as_deref(),
             &self.synthetic,
@@ -457,15 +462,16 @@ impl StradsJob for LdaApp {
         shape: &JobShape,
     ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
         // Only this worker's documents: a worker never holds the whole corpus.
-        let share = job.load_share(shape.workers, index)?;
-        let layout = LdaLayout::of_share(&share, shape.workers);
-        let config = job.config(shape.workers);
-        let digest = share.read.unwrap_or_else(|| share.stats.digest());
-        let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
-            .with_snapshots(job.test_data.is_some())
-            .with_dealing(job.balance == Balance::Dynamic, &layout)
-            .with_straggler(Straggler::of(job.straggler, job.straggler_factor, index));
-        Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))
+        lda_worker(job, index, shape, Some(index))
+    }
+
+    /// No documents: the change that admits it deals it its documents.
+    fn joiner(
+        job: &LdaSettings,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
+        lda_worker(job, index, shape, None)
     }
 
     fn finish(
@@ -485,6 +491,25 @@ impl StradsJob for LdaApp {
         }
         Ok(())
     }
+}
+
+/// Worker `index`'s half holding the documents of worker `share_of`'s share (none for
+/// `None`).
+fn lda_worker(
+    job: &LdaSettings,
+    index: usize,
+    shape: &JobShape,
+    share_of: Option<usize>,
+) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
+    let share = job.load_share(shape.workers, share_of)?;
+    let layout = LdaLayout::of_share(&share, shape.workers);
+    let config = job.config(shape.workers);
+    let digest = share.read.unwrap_or_else(|| share.stats.digest());
+    let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
+        .with_snapshots(job.test_data.is_some())
+        .with_dealing(job.balance == Balance::Dynamic, &layout)
+        .with_straggler(Straggler::of(job.straggler, job.straggler_factor, index));
+    Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))
 }
 
 /// Registers the LDA roles. They take joins and leaves of workers with `balance =
