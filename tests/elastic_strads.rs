@@ -294,4 +294,19 @@ fn apps_and_solvers_that_keep_a_fixed_membership_refuse_joins_and_leaves() {
             "{app}: {stderr}"
         );
     }
+    // STRADS jobs have no shard nodes: a standby shard is refused, elastic job or not.
+    for app in ["strads-mf", "lda", "lasso"] {
+        let out = dir.path().join(format!("{app}-shards"));
+        let output = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
+            .args("--workers 2 --transport memory --balance dynamic --standby-shards 1".split(' '))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success()
+                && stderr.contains("--standby-shards: ")
+                && stderr.contains("has no shard nodes"),
+            "{app}: {stderr}"
+        );
+    }
 }

@@ -35,6 +35,7 @@ pub use error::{
 pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent, Registration};
 pub use petrel_messages::PriorityQueue;
+pub use scale::MembershipArgs;
 pub use settings::{
     AppSections, ClusterSettings, JobTransport, NodeSpec, OnNodeDeath, Settings, Transport,
     flag_defaults, validate_node_name,

@@ -8,6 +8,28 @@ use crate::settings::Settings;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// The membership flags of `petrel train`: standby nodes and the plan that starts them
+/// and asks members to leave. Every app flattens this one struct; an app refuses the
+/// changes it does not take.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MembershipArgs {
+    /// Extra worker nodes marked standby, named after the starting ones: the job starts
+    /// without them and each joins when started (by `--scale`), at the app's next
+    /// boundary (a clock, an iteration, a rotation or a pass).
+    #[arg(long, default_value_t = 0)]
+    pub standby_workers: usize,
+    /// Extra shard nodes marked standby, named after the starting ones: each joins when
+    /// started (by `--scale`) and takes its share of the model at the app's next boundary.
+    /// Only for apps whose shards change (ps-mf, ps-lr, p3).
+    #[arg(long, default_value_t = 0)]
+    pub standby_shards: usize,
+    /// A membership plan (`[cluster] scale`), e.g. `at=2s add w2; at=4s remove w0`: the
+    /// standby nodes start and members drain and leave at those times (nodes by name or
+    /// role; the names are the app's: `w2` and `s2`, or `worker-2` and `shard-2` for ps-*).
+    #[arg(long, value_name = "PLAN")]
+    pub scale: Option<String>,
+}
+
 /// One change of a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScaleChange {

@@ -21,7 +21,7 @@
 
 use petrel::CliError;
 use petrel::train::{Membership, run_job_with};
-use petrel_actors::JobTransport;
+use petrel_actors::{JobTransport, MembershipArgs};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::apps::lasso::metrics::RowDealing;
 use petrel_strads::apps::lasso::{Balance, LassoApp, LassoSettings, LassoSolver, SyntheticLasso};
@@ -205,8 +205,11 @@ impl ElasticBenchArgs {
     /// The membership of the elastic runs: one standby worker and the plan.
     fn elastic_membership(&self) -> Membership {
         Membership {
-            standby_workers: 1,
-            scale: Some(self.plan.clone()),
+            plan: MembershipArgs {
+                standby_workers: 1,
+                scale: Some(self.plan.clone()),
+                ..MembershipArgs::default()
+            },
             ..Membership::default()
         }
     }

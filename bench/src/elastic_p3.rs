@@ -12,6 +12,7 @@ use crate::elastic::{AppFigures, ElasticBenchArgs, orphans};
 use petrel::CliError;
 use petrel::train::Membership;
 use petrel::train::p3::processes::run_job_with;
+use petrel_actors::MembershipArgs;
 use petrel_net::NetConfig;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
 use std::path::Path;
@@ -109,9 +110,11 @@ pub(crate) fn compare(args: &ElasticBenchArgs) -> Result<AppFigures, CliError> {
     let dir = |run: &str| Path::new(&args.out).join("p3").join(run);
     let fixed = run_app(args, &dir("fixed"), Membership::default())?;
     let membership = Membership {
-        standby_workers: 1,
-        standby_shards: 1,
-        scale: Some(with_shard_changes(&args.plan)),
+        plan: MembershipArgs {
+            standby_workers: 1,
+            standby_shards: 1,
+            scale: Some(with_shard_changes(&args.plan)),
+        },
         ..Membership::default()
     };
     let elastic = run_app(args, &dir("elastic"), membership)?;

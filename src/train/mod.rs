@@ -13,7 +13,7 @@ pub mod saved;
 
 use crate::CliError;
 use crate::launcher::{LaunchMode, NodePeak};
-use petrel_actors::{JobTransport, OnNodeDeath, Settings, Topology};
+use petrel_actors::{JobTransport, MembershipArgs, OnNodeDeath, Settings, Topology};
 use petrel_ml::job::InvalidSetting;
 use petrel_ps::PsApp;
 use petrel_strads::StradsJob;
@@ -74,15 +74,10 @@ pub struct ClusterArgs {
     /// checkpoint if any (0 = stop at the first failure; a role's own error is final).
     #[arg(long, default_value_t = 2)]
     pub max_restarts: u32,
-    /// Extra worker nodes marked standby: the job starts without them and they join when
-    /// started (by `--scale`). Only `train lasso|logistic --solver scheduled --balance
-    /// dynamic` and `train strads-mf|lda --balance dynamic`.
-    #[arg(long, default_value_t = 0)]
-    pub standby_workers: usize,
-    /// A membership plan (`[cluster] scale`), e.g. `at=2s add w2; at=4s remove w0`: the
-    /// standby workers start and members drain and leave at those times.
-    #[arg(long, value_name = "PLAN")]
-    pub scale: Option<String>,
+    /// Standby workers and the scale plan: only `train lasso|logistic --solver scheduled
+    /// --balance dynamic` and `train strads-mf|lda --balance dynamic` (no shards).
+    #[command(flatten)]
+    pub membership: MembershipArgs,
     /// What a node's death does (`[cluster] on_node_death`): `fail` stops the job; `leave`
     /// takes a dead worker as having left, and the others take its rows. Like
     /// --standby-workers, only for a job that takes joins and leaves.
@@ -90,15 +85,12 @@ pub struct ClusterArgs {
     pub on_node_death: OnNodeDeath,
 }
 
-/// The changes of a job's workers while it runs: standby workers and the scale plan.
+/// The changes of a job's members while it runs: standby nodes, the scale plan and what a
+/// node's death does.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Membership {
-    /// Standby worker nodes (after the starting ones).
-    pub standby_workers: usize,
-    /// Standby shard nodes (after the starting ones; `train p3`).
-    pub standby_shards: usize,
-    /// `[cluster] scale`.
-    pub scale: Option<String>,
+    /// Standby workers and shards and `[cluster] scale`.
+    pub plan: MembershipArgs,
     /// `[cluster] on_node_death`.
     pub on_node_death: OnNodeDeath,
 }
@@ -112,13 +104,17 @@ impl Membership {
         transport: Option<JobTransport>,
     ) -> Result<Self, CliError> {
         let m = Membership {
-            standby_workers: c.standby_workers,
-            scale: c.scale.clone(),
+            plan: c.membership.clone(),
             on_node_death: c.on_node_death,
-            ..Membership::default()
         };
         if m == Membership::default() {
             return Ok(m);
+        }
+        if m.plan.standby_shards > 0 {
+            return Err(CliError::Usage(format!(
+                "--standby-shards: {} has no shard nodes (standby shards are for ps-mf, ps-lr and p3)",
+                A::NAME
+            )));
         }
         if transport.is_none() || !A::elastic(job) {
             return Err(CliError::Usage(format!(
@@ -242,13 +238,13 @@ where
     for w in 0..workers {
         topo = topo.node(&format!("w{w}"), &[J::WORKER_ROLE]);
     }
-    for w in workers..workers + membership.standby_workers {
+    for w in workers..workers + membership.plan.standby_workers {
         topo = topo.standby_node(&format!("w{w}"), &[J::WORKER_ROLE]);
     }
     let value = section_value(job)?;
     Ok(topo
         .with(|s| {
-            s.cluster.scale.clone_from(&membership.scale);
+            s.cluster.scale.clone_from(&membership.plan.scale);
             s.cluster.on_node_death = membership.on_node_death;
             s.app.insert(J::SECTION.into(), value);
             s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;

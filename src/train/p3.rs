@@ -6,7 +6,7 @@ pub mod processes;
 use crate::CliError;
 use crate::report::{Table, fmt, print_json};
 use crate::train::{Membership, TrainTransport};
-use petrel_actors::JobTransport;
+use petrel_actors::{JobTransport, MembershipArgs};
 use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::Mode;
 use petrel_p3::roles::{P3Settings, WorkerReportFile};
@@ -111,7 +111,8 @@ pub fn default_hosts(
     if transport != JobTransport::Processes {
         return Ok(None);
     }
-    let n = cfg.workers + membership.standby_workers + cfg.shards + membership.standby_shards;
+    let plan = &membership.plan;
+    let n = cfg.workers + plan.standby_workers + cfg.shards + plan.standby_shards;
     crate::launcher::default_netns()
         .map(|prefix| crate::netns::Hosts::existing(&prefix, n))
         .transpose()
@@ -129,19 +130,10 @@ pub struct P3TrainArgs {
     /// How the nodes run: as processes, or as threads of this process (memory, quic).
     #[arg(long, value_enum, default_value_t = TrainTransport::Processes)]
     pub transport: TrainTransport,
-    /// Extra worker nodes marked standby: the job starts without them and they join when
-    /// started (by `--scale`), at an iteration boundary.
-    #[arg(long, default_value_t = 0)]
-    pub standby_workers: usize,
-    /// Extra shard nodes marked standby (`s{shards}`...): they join when started (by
-    /// `--scale`) and take their share of the slices at an iteration boundary.
-    #[arg(long, default_value_t = 0)]
-    pub standby_shards: usize,
-    /// A membership plan (`[cluster] scale`), e.g. `at=1s add w2; at=2s remove w0`: the
-    /// standby workers start and workers finish their iteration and leave at those times;
-    /// `add s2` and `remove s1` do the same for shards (all but `s0`, the coordinator's).
-    #[arg(long, value_name = "PLAN")]
-    pub scale: Option<String>,
+    /// Standby workers and shards and the scale plan (`add s2` and `remove s1` change
+    /// the shards: all but `s0`, the coordinator's).
+    #[command(flatten)]
+    pub membership: MembershipArgs,
     /// sequential, fifo or p3.
     #[arg(long, value_enum, default_value = "p3")]
     pub mode: Mode,
@@ -210,9 +202,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), CliError> {
         )
     })?;
     let membership = Membership {
-        standby_workers: args.standby_workers,
-        standby_shards: args.standby_shards,
-        scale: args.scale.clone(),
+        plan: args.membership.clone(),
         ..Membership::default()
     };
     let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;

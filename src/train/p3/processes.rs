@@ -57,11 +57,11 @@ pub fn run_job_with(
     for (name, role) in node_names(cfg) {
         topo = topo.node(&name, &[role]);
     }
-    let all_workers = cfg.workers + membership.standby_workers;
+    let all_workers = cfg.workers + membership.plan.standby_workers;
     for w in cfg.workers..all_workers {
         topo = topo.standby_node(&format!("w{w}"), &[WORKER_ROLE]);
     }
-    for s in cfg.shards..cfg.shards + membership.standby_shards {
+    for s in cfg.shards..cfg.shards + membership.plan.standby_shards {
         topo = topo.standby_node(&format!("s{s}"), &[SHARD_ROLE]);
     }
     let net = NetConfig {
@@ -74,7 +74,7 @@ pub fn run_job_with(
             s.net = net;
             s.cluster.request_timeout_ms = cfg.ask_timeout_ms;
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
-            s.cluster.scale.clone_from(&membership.scale);
+            s.cluster.scale.clone_from(&membership.plan.scale);
             if *membership != Membership::default() {
                 // The coordinator's node, which cannot leave, is shard 0 (it keeps slice
                 // 0), so any worker and any other shard may.

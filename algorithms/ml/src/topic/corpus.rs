@@ -156,12 +156,13 @@ pub struct CorpusShare {
 
 /// Worker `worker`'s share of [`load_corpus`]'s corpus among `workers`, never holding the
 /// whole corpus: a file is read twice (statistics, then the documents), a synthetic corpus
-/// drawn once.
+/// drawn once. With `worker` `None` (a worker that joins a running job and is dealt its
+/// documents then) the share holds no documents and a file is read once.
 pub fn load_corpus_share(
     docword: Option<&Path>,
     synthetic: &LdaCorpusParams,
     workers: usize,
-    worker: usize,
+    worker: Option<usize>,
 ) -> Result<CorpusShare, MlError> {
     let share = match docword {
         Some(path) => file_share(
@@ -187,7 +188,7 @@ pub fn load_corpus_share(
                 for &w in &doc {
                     word_frequencies[w as usize] += 1;
                 }
-                if partition.doc_worker[d] as usize == worker {
+                if worker == Some(partition.doc_worker[d] as usize) {
                     docs.push((d as u32, doc));
                 }
             }
@@ -213,12 +214,12 @@ pub fn load_corpus_share(
 /// A docword source opened, with its size in bytes when known.
 type SizedReader = (Box<dyn std::io::BufRead>, Option<u64>);
 
-/// A docword file read twice through `open`: the partition, then this worker's documents.
+/// A docword file read through `open`: the partition, then (for a `worker`) its documents.
 fn file_share(
     open: &mut dyn FnMut() -> Result<SizedReader, MlError>,
     path: &Path,
     workers: usize,
-    worker: usize,
+    worker: Option<usize>,
 ) -> Result<CorpusShare, MlError> {
     let limits = crate::data::DataLimits::from_env()?;
     let mut read_part = |keep: &dyn Fn(usize) -> bool| {
@@ -228,6 +229,14 @@ fn file_share(
     };
     let (_, stats, first) = read_part(&|_| false)?;
     let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);
+    let Some(worker) = worker else {
+        return Ok(CorpusShare {
+            stats,
+            partition,
+            docs: Vec::new(),
+            read: Some(first.value()),
+        });
+    };
     let mine = |d: usize| partition.doc_worker.get(d) == Some(&(worker as u32));
     let (corpus, _, second) = read_part(&mine)?;
     // The partition and statistics are the first read's: the documents must be too.
@@ -334,12 +343,19 @@ mod tests {
         for (source, corpus) in [(None, &whole), (Some(path.as_path()), &from_file)] {
             for workers in [1, 3] {
                 let partition = DocumentPartition::balanced(corpus, workers);
+                let mut read = None;
                 for w in 0..workers {
-                    let share = load_corpus_share(source, &synthetic, workers, w).unwrap();
+                    let share = load_corpus_share(source, &synthetic, workers, Some(w)).unwrap();
                     assert_eq!(share.stats, CorpusStats::of(corpus));
                     assert_eq!(share.partition, partition);
                     assert_eq!(share.docs, partition.docs_of(corpus, w), "worker {w}");
+                    read = share.read;
                 }
+                // A joiner's share: the same layout and digest, no documents.
+                let none = load_corpus_share(source, &synthetic, workers, None).unwrap();
+                assert_eq!(none.stats, CorpusStats::of(corpus));
+                assert_eq!((none.partition, none.read), (partition, read));
+                assert!(none.docs.is_empty());
             }
         }
     }
@@ -350,10 +366,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("docword.txt");
         std::fs::write(&path, "2\n3\n2\n1 1 2\n2 4 1\n").unwrap();
-        let err = load_corpus_share(Some(&path), &params(), 2, 0).unwrap_err();
+        let err = load_corpus_share(Some(&path), &params(), 2, Some(0)).unwrap_err();
         assert!(matches!(err, MlError::Malformed { line: 5, .. }), "{err:?}");
         std::fs::write(&path, "2\n3\n0\n").unwrap();
-        let err = load_corpus_share(Some(&path), &params(), 2, 1).unwrap_err();
+        let err = load_corpus_share(Some(&path), &params(), 2, None).unwrap_err();
         assert!(err.to_string().contains("no tokens"), "{err}");
     }
 
@@ -375,7 +391,7 @@ mod tests {
                     bytes,
                 ))
             };
-            match file_share(&mut open, path, 2, 0) {
+            match file_share(&mut open, path, 2, Some(0)) {
                 Ok(share) => assert!(same, "a changed file was read as {:?}", share.stats),
                 Err(e) => {
                     assert!(!same, "{e}");

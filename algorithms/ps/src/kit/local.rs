@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use petrel_actors::{Cluster, JobTransport, Settings, Topology, Transport};
+use petrel_actors::{Cluster, JobTransport, MembershipArgs, Settings, Topology, Transport};
 
 use crate::error::PsError;
 use crate::kit::{PsApp, PsJob, PsRoles, register};
@@ -102,20 +102,10 @@ pub struct PsTrainArgs<C: clap::Args> {
     /// clocks on a large corpus are long; the cluster default otherwise).
     #[arg(long)]
     pub request_timeout_s: Option<u64>,
-    /// Extra worker nodes marked standby: the job starts without them and they join when
-    /// started (by `--scale`). With `--checkpoint-every 0`.
-    #[arg(long, default_value_t = 0)]
-    pub standby_workers: usize,
-    /// Extra shard nodes marked standby: each joins when started (by `--scale`) and takes
-    /// its share of the rows at a clock boundary. Only ps-mf and ps-lr, with
-    /// `--checkpoint-every 0` and no standby workers.
-    #[arg(long, default_value_t = 0)]
-    pub standby_shards: usize,
-    /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker-2; at=4s remove
-    /// worker-0` or `at=1s add shard-2; at=2s remove shard-1`: the standby nodes start
-    /// and members drain and leave at those times.
-    #[arg(long, value_name = "PLAN")]
-    pub scale: Option<String>,
+    /// Standby workers and shards and the scale plan (workers with `--checkpoint-every 0`;
+    /// shards for ps-mf and ps-lr, with `--checkpoint-every 0` and no standby workers).
+    #[command(flatten)]
+    pub membership: MembershipArgs,
 }
 
 impl<C: clap::Args> PsTrainArgs<C> {
@@ -125,14 +115,14 @@ impl<C: clap::Args> PsTrainArgs<C> {
     pub fn topology(&self, roles: PsRoles, name: &str, transport: Transport) -> Topology {
         let mut topo = local_topology_with(roles, name, self.shards, self.workers, transport);
         let first = self.workers.max(1);
-        for w in first..first + self.standby_workers {
+        for w in first..first + self.membership.standby_workers {
             topo = topo.standby_node(&format!("worker-{w}"), &[roles.worker]);
         }
         let first = self.shards.max(1);
-        for s in first..first + self.standby_shards {
+        for s in first..first + self.membership.standby_shards {
             topo = topo.standby_node(&format!("shard-{s}"), &[roles.shard]);
         }
-        let scale = self.scale.clone();
+        let scale = self.membership.scale.clone();
         topo.with(move |s| s.cluster.scale = scale)
     }
 }

@@ -4,7 +4,7 @@
 //! boundaries the scheduler takes them.
 
 use crate::core::app::{BlockFate, BlockId, Plan, RingApp, RingPush, Schedule, Step};
-use crate::core::roster::Reshape;
+use crate::core::roster::{NewRing, Reshape};
 use crate::kit::{JobShape, RingHalf, StradsJob};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -98,7 +98,12 @@ where
         ring.workers.insert(name.clone(), half.logic);
     }
     // The joiner builds its half as a standby node does (over all three nodes).
-    ring.workers.insert("w2".into(), worker::<J, W>(job, 2, 3));
+    let all = JobShape {
+        workers: 3,
+        ..shape
+    };
+    ring.workers
+        .insert("w2".into(), J::joiner(job, 2, &all).unwrap().logic);
     for round in 0.. {
         if let Some((at, change)) = changes.first().cloned()
             && round >= at
@@ -127,6 +132,15 @@ where
     }
     assert!(changes.is_empty(), "every change was made");
     sched
+}
+
+/// The ring `w1` alone (what a leave of `w0` from two workers re-forms).
+pub(crate) fn ring_of_w1() -> NewRing {
+    NewRing {
+        ring: vec!["w1".into()],
+        joined: vec![false],
+        ranges: Vec::new(),
+    }
 }
 
 /// A change dealt to `dealt`, the first `staying` of them staying.

@@ -4,10 +4,14 @@
 //! one [`Reshape`]: the workers that stay (in their order, joiners after them), and the
 //! leavers, who are dealt nothing in that round and then drop out. A worker that died
 //! (`on_node_death = "leave"`) is lost: it is dealt nothing, not even the change's round,
-//! and its share goes to the staying workers, who rebuild it from their data.
+//! and its share goes to the staying workers, who rebuild it from their data. For the ring
+//! apps, [`RingChange`] steps a change through its rounds and [`RingControl`] is the deal
+//! and epoch tasks they share.
 
 use super::StradsModelError;
-use super::balance::RowDealer;
+use super::app::{BlockFate, RingOutput};
+use super::balance::{RowDealer, ranges_of};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::ops::Range;
 
@@ -141,6 +145,110 @@ pub struct NewRing {
     pub ranges: Vec<Range<u64>>,
 }
 
+impl NewRing {
+    /// The epoch task re-forming this ring with the app's part `model`.
+    pub fn epoch<M>(self, model: M) -> RingControl<M> {
+        RingControl::Epoch(Box::new(RingEpoch {
+            ring: self.ring,
+            joined: self.joined,
+            model,
+        }))
+    }
+}
+
+impl RingChange {
+    /// The next round of a change under way, at a round boundary with nothing in flight:
+    /// the Collect round that gathers the model, or, once gathered, the epoch round
+    /// re-forming the ring of the gathered model (a change that went away meanwhile: its
+    /// joiner left again) with the units `dealer` deals now. `None`: no change is under
+    /// way.
+    pub fn next_round(&mut self, dealer: Option<&RowDealer>) -> Option<ChangeRound> {
+        if std::mem::take(&mut self.gather_next) {
+            // At a boundary every worker holds the block it started with.
+            self.gathering = true;
+            return Some(ChangeRound::Gather);
+        }
+        if !self.gathered {
+            return None;
+        }
+        let ranges = dealer.map(|d| ranges_of(&d.report().rows));
+        Some(ChangeRound::Reform(NewRing {
+            ring: self.ring.clone(),
+            joined: vec![false; self.ring.len()],
+            ranges: ranges.unwrap_or_default(),
+        }))
+    }
+}
+
+/// A round of a change of a ring app's workers ([`RingChange::next_round`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeRound {
+    /// Gather the model: every worker sends the block it holds.
+    Gather,
+    /// The epoch round re-forming the ring.
+    Reform(NewRing),
+}
+
+/// The tasks an elastic ring app (strads-mf, LDA) has besides its block visits; neither
+/// needs a block. `M` is the app's part of an epoch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RingControl<M> {
+    /// A re-deal (`balance = "dynamic"`, at a rotation or pass boundary): the worker now
+    /// owns the units at positions `start..end` of
+    /// [`deal_order`](crate::core::balance::deal_order) and releases the others it holds.
+    Deal {
+        /// First position.
+        start: u64,
+        /// One past the last.
+        end: u64,
+    },
+    /// A change of the workers, after a Collect round gathered the model at a boundary:
+    /// the ring re-forms over the workers of the moment.
+    Epoch(Box<RingEpoch<M>>),
+}
+
+/// The ring after a change of the workers, and what the app deals over it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingEpoch<M> {
+    /// The workers' node names in ring order (a worker not named leaves).
+    pub ring: Vec<String>,
+    /// Which of them joined with this change (they hold nothing of the model yet).
+    pub joined: Vec<bool>,
+    /// The app's part: the model and how it is dealt over `ring`.
+    pub model: M,
+}
+
+impl<M> RingControl<M> {
+    /// The ring an epoch re-forms ([`RingApp::new_ring`](crate::core::app::RingApp::new_ring)).
+    pub fn new_ring(&self) -> Option<&[String]> {
+        match self {
+            RingControl::Epoch(epoch) => Some(&epoch.ring),
+            RingControl::Deal { .. } => None,
+        }
+    }
+
+    /// A worker's answer to this task as a push: `deal`'s partial for a deal (no block
+    /// stays behind); an epoch comes as a new ring
+    /// ([`RingPush::rering`](crate::core::app::RingPush::rering)), never as a push.
+    pub fn push<P, B>(
+        &self,
+        deal: impl FnOnce(u64, u64) -> Result<P, StradsModelError>,
+    ) -> Result<RingOutput<P, B>, StradsModelError> {
+        match self {
+            RingControl::Deal { start, end } => Ok(RingOutput {
+                partial: deal(*start, *end)?,
+                block: BlockFate::Consumed,
+            }),
+            RingControl::Epoch(_) => Err(StradsModelError::protocol("an epoch outside a new ring")),
+        }
+    }
+}
+
+/// What a ring worker answers a new ring's task that carries no epoch.
+pub fn no_epoch() -> StradsModelError {
+    StradsModelError::protocol("a new ring without an epoch")
+}
+
 impl Roster {
     /// The job's starting workers, in worker order.
     pub fn new(workers: Vec<String>) -> Self {
@@ -253,6 +361,43 @@ pub(crate) mod tests {
     /// Node names.
     pub(crate) fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A change's rounds: the gathering, then (the change gone) the same ring re-formed;
+    /// a deal is a push, an epoch only a new ring.
+    #[test]
+    fn a_change_gathers_then_re_forms_and_an_epoch_is_never_a_push() {
+        let mut steps = RingChange::default();
+        assert_eq!(steps.next_round(None), None);
+        let join = Reshape {
+            dealt: names(&["w0", "w1", "w2"]),
+            staying: 3,
+            joined: vec![false, false, true],
+            lost: Vec::new(),
+        };
+        assert!(!steps.gathered_for(&join));
+        assert_eq!(steps.next_round(None), Some(ChangeRound::Gather));
+        assert!(steps.gathering);
+        steps.gathered = true;
+        let Some(ChangeRound::Reform(ring)) = steps.next_round(None) else {
+            panic!("the epoch round")
+        };
+        assert_eq!(
+            (ring.ring, ring.joined),
+            (names(&["w0", "w1"]), vec![false; 2])
+        );
+        let deal = RingControl::<()>::Deal { start: 2, end: 5 };
+        assert_eq!(deal.new_ring(), None);
+        let out: RingOutput<u64, ()> = deal.push(|s, e| Ok(e - s)).unwrap();
+        assert_eq!((out.partial, out.block), (3, BlockFate::Consumed));
+        let one = NewRing {
+            ring: names(&["w1"]),
+            joined: vec![false],
+            ranges: Vec::new(),
+        };
+        let epoch = one.epoch(());
+        assert_eq!(epoch.new_ring(), Some(names(&["w1"]).as_slice()));
+        assert!(epoch.push::<u64, ()>(|_, _| Ok(0)).is_err());
     }
 
     #[test]

@@ -132,6 +132,17 @@ pub trait StradsJob: StradsApp + Sized {
         shape: &JobShape,
     ) -> Result<Self::Worker, StradsError>;
 
+    /// Builds the half of worker `index` as a standby node that joins a running job: the
+    /// change that admits it deals it its share, so an app may load less now. The
+    /// default: [`Self::worker`].
+    fn joiner(
+        config: &Self::Config,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<Self::Worker, StradsError> {
+        Self::worker(config, index, shape)
+    }
+
     /// Writes the outputs once every round committed.
     fn finish(
         config: &Self::Config,
@@ -417,7 +428,10 @@ async fn elastic_worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strad
             role: J::WORKER_ROLE,
         })?;
     let shape = shape_of::<J>(&ctx, &workers);
-    let half = off_loop(move || J::worker(&config, index, &shape)).await?;
+    let half = match ctx.spec.standby {
+        true => off_loop(move || J::joiner(&config, index, &shape)).await?,
+        false => off_loop(move || J::worker(&config, index, &shape)).await?,
+    };
     let digest = half.data_digest();
     let released = half.start_elastic(&ctx.node, J::WORKER_ROLE, (index as u32, &workers))?;
     let scheduler = ctx

@@ -88,6 +88,22 @@ fn a_join_and_a_leave_re_deal_the_documents_and_keep_the_counts_exact() {
     );
 }
 
+/// A standby worker loads no documents (the change that admits it deals them), and
+/// agrees with the others on the corpus.
+#[test]
+fn a_joiner_holds_no_documents_until_its_change() {
+    let job = job();
+    let shape = crate::kit::JobShape {
+        workers: 3,
+        schedulers: 1,
+    };
+    let joiner = LdaApp::joiner(&job, 2, &shape).unwrap();
+    let starting = LdaApp::worker(&job, 2, &shape).unwrap();
+    assert!(joiner.logic.core().doc_ids().is_empty());
+    assert!(!starting.logic.core().doc_ids().is_empty());
+    assert_eq!(joiner.data_digest, starting.data_digest);
+}
+
 #[test]
 fn a_join_before_the_initial_counts_deals_the_random_assignments() {
     let job = job();
@@ -123,13 +139,12 @@ fn a_change_waits_for_a_pass_boundary_and_a_leaver_holds_nothing() {
     // A leaver of an epoch releases every document and holds no block and no work.
     let corpus = job.load().unwrap();
     let layout = LdaLayout::new(&corpus, 1);
-    let epoch = LdaTask::Epoch(Box::new(LdaEpoch {
-        ring: vec!["w1".into()],
-        joined: vec![false],
+    let model = LdaEpoch {
         doc_owner: layout.docs.doc_worker.clone(),
         ranges: vec![(0, 60)],
         blocks: layout.vocabulary.empty_blocks(),
-    }));
+    };
+    let epoch = LdaTask::Ring(ring_changes::ring_of_w1().epoch(model));
     let mut w = ring_changes::worker::<LdaApp, LdaWorkerApp>(&job, 0, 2);
     assert!(w.holds_work());
     let (released, held) = w.rering(3, &epoch, None).unwrap();

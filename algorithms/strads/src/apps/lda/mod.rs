@@ -16,7 +16,8 @@
 //! assignments, and the commit hands them to their new owners. The word-topic blocks and
 //! topic totals do not change, so every token keeps its topic and is sampled once a pass.
 //! Workers join and leave at a pass boundary under dynamic dealing: a Collect round
-//! gathers the blocks, then an epoch round ([`LdaEpoch`]) re-forms the ring over the
+//! gathers the blocks, then an epoch round ([`LdaEpoch`] in a
+//! [`RingEpoch`](crate::core::roster::RingEpoch)) re-forms the ring over the
 //! workers of the moment, the vocabulary split into one block per worker and the
 //! documents dealt evenly with their topic assignments.
 //!
@@ -27,6 +28,7 @@ use std::path::PathBuf;
 
 use crate::apps::lasso::Balance;
 use crate::core::app::{BlockId, RingApp, strads_app};
+use crate::core::roster::RingControl;
 use crate::error::StradsError;
 use crate::kit::dealing::Straggler;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings};
@@ -141,8 +143,13 @@ impl LdaSettings {
         )?)
     }
 
-    /// Worker `worker`'s documents and the layout's statistics ([`load_corpus_share`]).
-    pub fn load_share(&self, workers: usize, worker: usize) -> Result<CorpusShare, StradsError> {
+    /// Worker `worker`'s documents (none for `None`: a joiner's) and the layout's
+    /// statistics ([`load_corpus_share`]).
+    pub fn load_share(
+        &self,
+        workers: usize,
+        worker: Option<usize>,
+    ) -> Result<CorpusShare, StradsError> {
         Ok(load_corpus_share(
             self.docword.as_deref(),
             &self.synthetic,
@@ -255,29 +262,16 @@ pub enum LdaTask {
         /// The block.
         block: usize,
     },
-    /// A re-deal (`balance = "dynamic"`, between passes): the worker now owns the
-    /// documents at positions `start..end` of [`deal_order`](crate::core::balance::deal_order)
-    /// and releases the others it holds; no block.
-    Deal {
-        /// First position.
-        start: u64,
-        /// One past the last.
-        end: u64,
-    },
-    /// A change of the workers (after a Collect round gathered the blocks, at a pass
-    /// boundary): the ring re-forms over the workers of the moment; each worker releases
-    /// the documents it no longer owns (the commit deals them) and rebuilds its token
-    /// index; no block.
-    Epoch(Box<LdaEpoch>),
+    /// A re-deal of the documents (between passes), or a change of the workers (after a
+    /// Collect round gathered the blocks, at a pass boundary): the ring re-forms over the
+    /// workers of the moment; each worker releases the documents it no longer owns (the
+    /// commit deals them) and rebuilds its token index.
+    Ring(RingControl<LdaEpoch>),
 }
 
-/// The ring after a change of the workers.
+/// LDA's part of a change of the workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LdaEpoch {
-    /// The workers' node names in ring order (a worker not named leaves).
-    pub ring: Vec<String>,
-    /// Which of them joined with this change (they hold no document yet).
-    pub joined: Vec<bool>,
     /// The starting static split whose [`deal_order`](crate::core::balance::deal_order)
     /// the ranges are positions of.
     pub doc_owner: Vec<u32>,
@@ -345,13 +339,13 @@ impl RingApp for LdaApp {
             LdaTask::Init { block, .. }
             | LdaTask::Sample { block, .. }
             | LdaTask::Collect { block } => Some(*block as BlockId),
-            LdaTask::Deal { .. } | LdaTask::Epoch(_) => None,
+            LdaTask::Ring(_) => None,
         }
     }
 
     fn new_ring(task: &LdaTask) -> Option<&[String]> {
         match task {
-            LdaTask::Epoch(epoch) => Some(&epoch.ring),
+            LdaTask::Ring(control) => control.new_ring(),
             _ => None,
         }
     }
@@ -468,15 +462,16 @@ impl StradsJob for LdaApp {
         shape: &JobShape,
     ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
         // Only this worker's documents: a worker never holds the whole corpus.
-        let share = job.load_share(shape.workers, index)?;
-        let layout = LdaLayout::of_share(&share, shape.workers);
-        let config = job.config(shape.workers);
-        let digest = share.read.unwrap_or_else(|| share.stats.digest());
-        let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
-            .with_snapshots(job.test_data.is_some())
-            .with_dealing(job.balance == Balance::Dynamic, &layout)
-            .with_straggler(Straggler::of(job.straggler, job.straggler_factor, index));
-        Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))
+        lda_worker(job, index, shape, Some(index))
+    }
+
+    /// No documents: the change that admits it deals it its documents.
+    fn joiner(
+        job: &LdaSettings,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
+        lda_worker(job, index, shape, None)
     }
 
     fn finish(
@@ -496,6 +491,25 @@ impl StradsJob for LdaApp {
         }
         Ok(())
     }
+}
+
+/// Worker `index`'s half holding the documents of worker `share_of`'s share (none for
+/// `None`).
+fn lda_worker(
+    job: &LdaSettings,
+    index: usize,
+    shape: &JobShape,
+    share_of: Option<usize>,
+) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
+    let share = job.load_share(shape.workers, share_of)?;
+    let layout = LdaLayout::of_share(&share, shape.workers);
+    let config = job.config(shape.workers);
+    let digest = share.read.unwrap_or_else(|| share.stats.digest());
+    let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
+        .with_snapshots(job.test_data.is_some())
+        .with_dealing(job.balance == Balance::Dynamic, &layout)
+        .with_straggler(Straggler::of(job.straggler, job.straggler_factor, index));
+    Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))
 }
 
 /// Registers the LDA roles. They take joins and leaves of workers with `balance =

@@ -13,7 +13,7 @@ use crate::core::app::{Schedule, Step, decode_state, encode_state};
 use crate::core::balance::{DealGate, DealtShare, RowDealer, RowDealing, deal_step, pull_deal};
 use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
-use crate::core::roster::Reshape;
+use crate::core::roster::{Reshape, RingControl};
 use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint, joint_log_likelihood, topic_word_matrix};
@@ -278,7 +278,9 @@ impl Schedule<LdaApp> for LdaScheduling {
             && let DealGate::Deal(ranges) = dealer.gate(round, false, true)
         {
             self.dealing = true;
-            return deal_step(ranges, |start, end| LdaTask::Deal { start, end });
+            return deal_step(ranges, |start, end| {
+                LdaTask::Ring(RingControl::Deal { start, end })
+            });
         }
         let report = self.s.t + 1 == self.schedule.p;
         self.schedule.plan(self.s.t, |w, block| {

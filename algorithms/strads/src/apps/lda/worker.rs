@@ -7,6 +7,7 @@ use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, e
 use crate::core::balance::DealtShare;
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
+use crate::core::roster::{RingControl, RingEpoch, no_epoch};
 use crate::kit::dealing::Straggler;
 use petrel_ml::topic::LdaConfig;
 use std::time::Instant;
@@ -84,7 +85,7 @@ impl LdaWorkerApp {
     /// sub-round.
     fn epoch(
         &mut self,
-        epoch: &LdaEpoch,
+        epoch: &RingEpoch<LdaEpoch>,
         index: Option<u32>,
     ) -> Result<(LdaPartial, Vec<(BlockId, WordTopicBlock)>), StradsModelError> {
         let Some(index) = index.map(|i| i as usize) else {
@@ -92,12 +93,12 @@ impl LdaWorkerApp {
             let released = self.worker.release(|_| false, &self.vocabulary);
             return Ok((LdaPartial::Released(released), Vec::new()));
         };
-        let &(start, end) = epoch.ranges.get(index).ok_or_else(|| {
+        let &(start, end) = epoch.model.ranges.get(index).ok_or_else(|| {
             StradsModelError::protocol(format!("no documents for ring worker {index}"))
         })?;
-        let mut share = DealtShare::of(&epoch.doc_owner, 0);
+        let mut share = DealtShare::of(&epoch.model.doc_owner, 0);
         share.deal(start, end)?;
-        let vocabulary = VocabularyPartition::of_blocks(&epoch.blocks)?;
+        let vocabulary = VocabularyPartition::of_blocks(&epoch.model.blocks)?;
         let fresh = epoch.joined.get(index).copied().unwrap_or(false);
         let released = (self.worker).rering(index, fresh, |d| share.owns(d), &vocabulary);
         self.vocabulary = vocabulary;
@@ -105,7 +106,7 @@ impl LdaWorkerApp {
         let schedule = RotationSchedule {
             p: epoch.ring.len(),
         };
-        let blocks = schedule.held_at_start(index, epoch.blocks.clone(), |b| b.block);
+        let blocks = schedule.held_at_start(index, epoch.model.blocks.clone(), |b| b.block);
         Ok((LdaPartial::Released(released), blocks))
     }
 
@@ -151,15 +152,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                 report,
             } => (*block, *pass_to, *report),
             LdaTask::Collect { block } => (*block, 0, false),
-            LdaTask::Deal { start, end } => {
-                return Ok(RingOutput {
-                    partial: self.deal(*start, *end)?,
-                    block: BlockFate::Consumed,
-                });
-            }
-            LdaTask::Epoch(_) => {
-                return Err(StradsModelError::protocol("an epoch outside a new ring"));
-            }
+            LdaTask::Ring(control) => return control.push(|s, e| self.deal(s, e)),
         };
         let mut block = block.ok_or_else(|| {
             StradsModelError::protocol("no word-topic block for a task that needs one")
@@ -233,8 +226,8 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         task: &LdaTask,
         index: Option<u32>,
     ) -> Result<(LdaPartial, Vec<(BlockId, WordTopicBlock)>), StradsModelError> {
-        let LdaTask::Epoch(epoch) = task else {
-            return Err(StradsModelError::protocol("a new ring without an epoch"));
+        let LdaTask::Ring(RingControl::Epoch(epoch)) = task else {
+            return Err(no_epoch());
         };
         self.epoch(epoch, index)
     }

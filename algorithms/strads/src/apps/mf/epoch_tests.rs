@@ -87,13 +87,13 @@ fn a_change_waits_for_a_rotation_boundary_and_a_leaver_holds_nothing() {
     // A leaver of an epoch holds no block and no work.
     let mut w = worker(&job, 0, 2);
     assert!(w.holds_work());
-    let epoch = MfTask::Epoch(Box::new(MfEpoch {
-        ring: vec!["w1".into()],
+    let model = MfEpoch {
         user_bucket: vec![0; 90],
         item_bucket: vec![0; 60],
         w: vec![0.0; 90 * 3],
         h: vec![0.0; 60 * 3],
-    }));
+    };
+    let epoch = MfTask::Ring(ring_changes::ring_of_w1().epoch(model));
     let (_, held) = w.rering(3, &epoch, None).unwrap();
     assert!(held.is_empty() && !w.holds_work());
     // The one staying worker holds the one block, with every user.

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, strads_app};
+use crate::core::roster::{RingControl, RingEpoch};
 use crate::error::StradsError;
 use crate::kit::dealing::Straggler;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings, write_output};
@@ -267,27 +268,16 @@ pub enum MfTask {
         /// The block.
         block: usize,
     },
-    /// A re-deal (`balance = "dynamic"`, between rotations): the worker now owns the users
-    /// at positions `start..end` of [`deal_order`](crate::core::balance::deal_order) and
-    /// releases the others it holds; no block.
-    Deal {
-        /// First position.
-        start: u64,
-        /// One past the last.
-        end: u64,
-    },
-    /// A change of the workers (after a Collect round gathered W and H): the ring
-    /// re-forms over the workers of the moment, each rebuilding its users' ratings from
-    /// the data against the current factors; no block.
-    Epoch(Box<MfEpoch>),
+    /// A re-deal of the users (between rotations), or a change of the workers (after a
+    /// Collect round gathered W and H): the ring re-forms over the workers of the moment,
+    /// each rebuilding its users' ratings from the data against the current factors.
+    Ring(RingControl<MfEpoch>),
 }
 
-/// The ring after a change of the workers, as a run starts but from the current model.
+/// MF's part of a change of the workers: the model as a run starts, but the current one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MfEpoch {
-    /// The workers' node names in ring order (a worker not named leaves).
-    pub ring: Vec<String>,
-    /// Each user's worker (index in `ring`).
+    /// Each user's worker (index in the ring).
     pub user_bucket: Vec<u32>,
     /// Each item's block (one block per worker).
     pub item_bucket: Vec<u32>,
@@ -299,10 +289,13 @@ pub struct MfEpoch {
     pub h: Vec<f32>,
 }
 
-impl MfEpoch {
+impl RingEpoch<MfEpoch> {
     /// The partition it deals.
     pub fn partition(&self) -> MfPartition {
-        let (users, items) = (self.user_bucket.clone(), self.item_bucket.clone());
+        let (users, items) = (
+            self.model.user_bucket.clone(),
+            self.model.item_bucket.clone(),
+        );
         MfPartition::from_buckets(users, items, self.ring.len())
     }
 }
@@ -366,13 +359,13 @@ impl RingApp for MfApp {
     fn block_needed(task: &MfTask) -> Option<BlockId> {
         match task {
             MfTask::Visit { block, .. } | MfTask::Collect { block } => Some(*block as BlockId),
-            MfTask::Deal { .. } | MfTask::Epoch(_) => None,
+            MfTask::Ring(_) => None,
         }
     }
 
     fn new_ring(task: &MfTask) -> Option<&[String]> {
         match task {
-            MfTask::Epoch(epoch) => Some(&epoch.ring),
+            MfTask::Ring(control) => control.new_ring(),
             _ => None,
         }
     }

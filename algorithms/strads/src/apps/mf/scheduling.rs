@@ -11,10 +11,10 @@ use crate::apps::lasso::Balance;
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, Step, decode_state, encode_state};
 use crate::core::balance::{
-    DealGate, DealtShare, RowDealer, RowDealing, deal_order, deal_step, pull_deal, ranges_of,
+    DealGate, DealtShare, RowDealer, RowDealing, deal_order, deal_step, pull_deal,
 };
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
-use crate::core::roster::Reshape;
+use crate::core::roster::{ChangeRound, Reshape, RingControl};
 use crate::kit::encoded_len;
 use ndarray::Array2;
 use petrel_ml::data::{IdMapping, Ratings};
@@ -388,16 +388,12 @@ impl Schedule<MfApp> for MfScheduling {
             // Every sub-round needs the blocks of the previous one (and its commit).
             return Step::Wait;
         }
-        if std::mem::take(&mut self.change.steps.gather_next) {
-            // At a rotation boundary every worker holds the block it started with.
-            self.change.steps.gathering = true;
-            return self.schedule.plan(0, |_, block| MfTask::Collect { block });
-        }
-        if self.change.steps.gathered {
-            // The change went away (its joiner left again): the same workers re-form it.
-            let ranges = self.dealer.as_ref().map(|d| ranges_of(&d.report().rows));
-            let ring = self.change.steps.ring.clone();
-            return self.epoch_step(ring, &ranges.unwrap_or_default());
+        match self.change.steps.next_round(self.dealer.as_ref()) {
+            Some(ChangeRound::Gather) => {
+                return self.schedule.plan(0, |_, block| MfTask::Collect { block });
+            }
+            Some(ChangeRound::Reform(ring)) => return self.epoch_step(ring),
+            None => {}
         }
         // Users move only between rotations, with the W accumulators empty.
         if let Stage::Rotate { t: 0, .. } = self.s.stage
@@ -405,7 +401,9 @@ impl Schedule<MfApp> for MfScheduling {
             && let DealGate::Deal(ranges) = dealer.gate(round, false, true)
         {
             self.dealing = true;
-            return deal_step(ranges, |start, end| MfTask::Deal { start, end });
+            return deal_step(ranges, |start, end| {
+                MfTask::Ring(RingControl::Deal { start, end })
+            });
         }
         match self.s.stage {
             Stage::Rotate { phase, k, t } => {

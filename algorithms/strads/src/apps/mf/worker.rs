@@ -9,6 +9,7 @@ use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::balance::DealtShare;
 use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
+use crate::core::roster::{RingControl, RingEpoch, no_epoch};
 use crate::error::StradsError;
 use crate::kit::dealing::Straggler;
 use petrel_ml::data::Ratings;
@@ -172,7 +173,7 @@ impl MfWorkerApp {
     /// holds before the new ring's first sub-round.
     fn epoch(
         &mut self,
-        epoch: &MfEpoch,
+        epoch: &RingEpoch<MfEpoch>,
         index: Option<u32>,
     ) -> Result<Vec<(BlockId, FactorBlock)>, StradsModelError> {
         let Some(index) = index.map(|i| i as usize) else {
@@ -201,12 +202,12 @@ impl MfWorkerApp {
                     b,
                     width,
                     ids.clone(),
-                    rows(ids, &epoch.h)?,
+                    rows(ids, &epoch.model.h)?,
                 ))
             })
             .collect::<Result<Vec<_>, StradsModelError>>()?;
         let users = partition.bucket_users.get(index).map(Vec::as_slice);
-        let init = rows(users.unwrap_or_default(), &epoch.w)?;
+        let init = rows(users.unwrap_or_default(), &epoch.model.w)?;
         let rebuilt = Self::build(index, &partition, summary, job, (init, &blocks))
             .map_err(|e| StradsModelError::InvalidConfig(e.to_string()))?;
         let straggler = self.straggler;
@@ -264,17 +265,9 @@ impl RingPush<MfApp> for MfWorkerApp {
     ) -> Result<RingOutput<MfPartial, FactorBlock>, StradsModelError> {
         let started = Instant::now();
         let (expected, mut block) = match (task, block) {
-            (MfTask::Deal { start, end }, _) => {
-                return Ok(RingOutput {
-                    partial: self.deal(*start, *end)?,
-                    block: BlockFate::Consumed,
-                });
-            }
+            (MfTask::Ring(control), _) => return control.push(|s, e| self.deal(s, e)),
             (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
                 (*b, block)
-            }
-            (MfTask::Epoch(_), _) => {
-                return Err(StradsModelError::protocol("an epoch outside a new ring"));
             }
             (_, None) => {
                 return Err(StradsModelError::protocol(
@@ -339,9 +332,7 @@ impl RingPush<MfApp> for MfWorkerApp {
                     },
                 })
             }
-            MfTask::Deal { .. } | MfTask::Epoch(_) => {
-                Err(StradsModelError::protocol("a deal with a block"))
-            }
+            MfTask::Ring(_) => Err(StradsModelError::protocol("a deal with a block")),
             MfTask::Collect { .. } => Ok(RingOutput {
                 partial: MfPartial::Factors {
                     user_ids: self.worker.user_ids().to_vec(),
@@ -359,8 +350,8 @@ impl RingPush<MfApp> for MfWorkerApp {
         task: &MfTask,
         index: Option<u32>,
     ) -> Result<(MfPartial, Vec<(BlockId, FactorBlock)>), StradsModelError> {
-        let MfTask::Epoch(epoch) = task else {
-            return Err(StradsModelError::protocol("a new ring without an epoch"));
+        let MfTask::Ring(RingControl::Epoch(epoch)) = task else {
+            return Err(no_epoch());
         };
         Ok((MfPartial::Released(Vec::new()), self.epoch(epoch, index)?))
     }

@@ -7,12 +7,11 @@ use super::LdaScheduling;
 use crate::apps::lda::{LdaCommit, LdaEpoch, LdaPartial, LdaTask};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Step};
-use crate::core::balance::{pull_deal, ranges_of};
+use crate::core::balance::pull_deal;
 use crate::core::lda::{rows_by_word, split_rows};
 use crate::core::mf::RotationSchedule;
-use crate::core::roster::{Reshape, RingChange};
+use crate::core::roster::{ChangeRound, NewRing, Reshape, RingChange};
 use petrel_ml::topic::TopicCounts;
-use std::ops::Range;
 
 /// A change of the workers: where it is, and what the epoch deals.
 #[derive(Default)]
@@ -28,22 +27,14 @@ pub(super) struct ChangeState {
 }
 
 impl LdaScheduling {
-    /// The next round of a change, if one is under way: the Collect round gathering the
-    /// blocks, or (the change went away after it: its joiner left again) the epoch
-    /// round re-forming the same ring.
+    /// The next round of a change, if one is under way ([`RingChange::next_round`]).
     pub(super) fn change_step(&mut self) -> Option<Step<LdaTask>> {
-        if std::mem::take(&mut self.change.steps.gather_next) {
-            // At a pass boundary every worker holds the block it started with.
-            self.change.steps.gathering = true;
-            return Some(self.schedule.plan(0, |_, block| LdaTask::Collect { block }));
+        match self.change.steps.next_round(self.dealer.as_ref())? {
+            ChangeRound::Gather => {
+                Some(self.schedule.plan(0, |_, block| LdaTask::Collect { block }))
+            }
+            ChangeRound::Reform(ring) => Some(self.epoch_step(ring)),
         }
-        if self.change.steps.gathered {
-            let ranges = self.dealer.as_ref().map(|d| ranges_of(&d.report().rows));
-            let ring = self.change.steps.ring.clone();
-            let joined = vec![false; ring.len()];
-            return Some(self.epoch_step(ring, joined, &ranges.unwrap_or_default()));
-        }
-        None
     }
 
     /// The answers of a change's round: the gathered blocks, or the documents the epoch
@@ -71,27 +62,22 @@ impl LdaScheduling {
         })
     }
 
-    /// The epoch round re-forming the ring over `ring` (node names in ring order, which
-    /// of them `joined`), the documents of `ranges` of the deal order to each.
-    fn epoch_step(
-        &mut self,
-        ring: Vec<String>,
-        joined: Vec<bool>,
-        ranges: &[Range<u64>],
-    ) -> Step<LdaTask> {
+    /// The epoch round re-forming the ring over `new.ring`, the documents of
+    /// `new.ranges` of the deal order to each.
+    fn epoch_step(&mut self, new: NewRing) -> Step<LdaTask> {
+        let p = new.ring.len();
         let rows = std::mem::take(&mut self.change.rows);
-        let blocks = split_rows(&rows, &self.change.word_frequencies, ring.len());
-        self.schedule = RotationSchedule { p: ring.len() };
-        self.blocks = vec![None; ring.len()];
+        let blocks = split_rows(&rows, &self.change.word_frequencies, p);
+        self.schedule = RotationSchedule { p };
+        self.blocks = vec![None; p];
         self.change.steps.epoch_planned();
-        self.s.metrics.workers = ring.len();
-        Step::Run(Plan::All(LdaTask::Epoch(Box::new(LdaEpoch {
-            ring,
-            joined,
+        self.s.metrics.workers = p;
+        let model = LdaEpoch {
             doc_owner: self.change.doc_owner.clone(),
-            ranges: ranges.iter().map(|r| (r.start, r.end)).collect(),
+            ranges: new.ranges.iter().map(|r| (r.start, r.end)).collect(),
             blocks,
-        }))))
+        };
+        Step::Run(Plan::All(LdaTask::Ring(new.epoch(model))))
     }
 
     /// [`crate::core::app::Schedule::reshape`]: with `balance = "dynamic"`, at a pass
@@ -104,11 +90,8 @@ impl LdaScheduling {
         change: &Reshape,
     ) -> Result<Option<Step<LdaTask>>, StradsModelError> {
         let at_boundary = self.s.t == 0 && self.s.pass <= self.iterations;
-        let dealer = self.dealer.as_mut();
-        let steps = &mut self.change.steps;
-        let Some(new) = steps.ring_after(dealer, (round, change), at_boundary, "lda")? else {
-            return Ok(None);
-        };
-        Ok(Some(self.epoch_step(new.ring, new.joined, &new.ranges)))
+        let (dealer, steps) = (self.dealer.as_mut(), &mut self.change.steps);
+        let new = steps.ring_after(dealer, (round, change), at_boundary, "lda")?;
+        Ok(new.map(|new| self.epoch_step(new)))
     }
 }

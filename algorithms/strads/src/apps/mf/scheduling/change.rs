@@ -8,9 +8,8 @@ use crate::core::StradsModelError;
 use crate::core::app::{Plan, Step};
 use crate::core::balance::deal_order;
 use crate::core::mf::{RotationSchedule, epoch_partition};
-use crate::core::roster::{Reshape, RingChange};
+use crate::core::roster::{NewRing, Reshape, RingChange};
 use ndarray::Array2;
-use std::ops::Range;
 
 /// A change of the workers: where it is, and how the users and items split.
 #[derive(Default)]
@@ -24,30 +23,6 @@ pub(super) struct ChangeState {
 }
 
 impl MfScheduling {
-    /// The epoch round re-forming the ring over `ring` (node names in ring order), the
-    /// users of `ranges` of the deal order to each, from the gathered W and H.
-    pub(super) fn epoch_step(&mut self, ring: Vec<String>, ranges: &[Range<u64>]) -> Step<MfTask> {
-        let partition = epoch_partition(&self.change.user_order, ranges, &self.change.item_counts);
-        let flat = |m: Array2<f32>| m.iter().copied().collect::<Vec<f32>>();
-        let (w, h) = self
-            .factors()
-            .map(|(w, h)| (flat(w), flat(h)))
-            .unwrap_or_default();
-        self.change.user_order = deal_order(&partition.user_bucket);
-        self.schedule = RotationSchedule { p: ring.len() };
-        self.blocks = vec![None; ring.len()];
-        self.w = None;
-        self.change.steps.epoch_planned();
-        self.s.metrics.workers = ring.len();
-        Step::Run(Plan::All(MfTask::Epoch(Box::new(MfEpoch {
-            ring,
-            user_bucket: partition.user_bucket,
-            item_bucket: partition.item_bucket,
-            w,
-            h,
-        }))))
-    }
-
     /// [`crate::core::app::Schedule::reshape`] (see there).
     pub(super) fn change_workers(
         &mut self,
@@ -55,11 +30,37 @@ impl MfScheduling {
         change: &Reshape,
     ) -> Result<Option<Step<MfTask>>, StradsModelError> {
         let at_boundary = matches!(self.s.stage, Stage::Rotate { t: 0, .. });
-        let dealer = self.dealer.as_mut();
-        let steps = &mut self.change.steps;
-        let Some(new) = steps.ring_after(dealer, (round, change), at_boundary, "strads-mf")? else {
-            return Ok(None);
+        let (dealer, steps) = (self.dealer.as_mut(), &mut self.change.steps);
+        let new = steps.ring_after(dealer, (round, change), at_boundary, "strads-mf")?;
+        Ok(new.map(|new| self.epoch_step(new)))
+    }
+
+    /// The epoch round re-forming the ring over `new.ring`, the users of `new.ranges` of
+    /// the deal order to each, from the gathered W and H.
+    pub(super) fn epoch_step(&mut self, new: NewRing) -> Step<MfTask> {
+        let partition = epoch_partition(
+            &self.change.user_order,
+            &new.ranges,
+            &self.change.item_counts,
+        );
+        let flat = |m: Array2<f32>| m.iter().copied().collect::<Vec<f32>>();
+        let (w, h) = self
+            .factors()
+            .map(|(w, h)| (flat(w), flat(h)))
+            .unwrap_or_default();
+        let p = new.ring.len();
+        self.change.user_order = deal_order(&partition.user_bucket);
+        self.schedule = RotationSchedule { p };
+        self.blocks = vec![None; p];
+        self.w = None;
+        self.change.steps.epoch_planned();
+        self.s.metrics.workers = p;
+        let model = MfEpoch {
+            user_bucket: partition.user_bucket,
+            item_bucket: partition.item_bucket,
+            w,
+            h,
         };
-        Ok(Some(self.epoch_step(new.ring, &new.ranges)))
+        Step::Run(Plan::All(MfTask::Ring(new.epoch(model))))
     }
 }
