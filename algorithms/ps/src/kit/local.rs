@@ -107,8 +107,8 @@ pub struct PsTrainArgs<C: clap::Args> {
     #[arg(long, default_value_t = 0)]
     pub standby_workers: usize,
     /// Extra shard nodes marked standby: each joins when started (by `--scale`) and takes
-    /// its share of the rows at a clock boundary. Only ps-mf and ps-lr, with
-    /// `--checkpoint-every 0` and no standby workers.
+    /// its share of the rows at a clock boundary. With `--checkpoint-every 0`
+    /// and no standby workers.
     #[arg(long, default_value_t = 0)]
     pub standby_shards: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=2s add worker-2; at=4s remove
