@@ -220,9 +220,6 @@ fn survives_a_join_and_a_leave(app: &str, consistency: &str, transports: &[&str]
 /// `shard-1` is asked to leave at 1.2 s and hands its rows over.
 const SHARD_PLAN: &str = "at=300ms add shard-2; at=1200ms remove shard-1";
 
-/// ps-lda's shard plan: its first clocks come as the nodes start, so the changes are later.
-const LDA_SHARD_PLAN: &str = "at=700ms add shard-2; at=1800ms remove shard-1";
-
 /// On processes: the threads path runs the same shells (the placement's unit tests take
 /// every consistency model through a join and a leave).
 #[test]
@@ -243,13 +240,17 @@ fn ps_lda_survives_a_shard_joining_and_a_shard_leaving() {
 fn survives_a_shard_joining_and_leaving(app: &str) {
     let dir = tempfile::tempdir().unwrap();
     let corpus = corpus_in(dir.path());
-    let (model, plan) = match app {
-        "ps-lda" => (vec!["--config", corpus.as_str()], LDA_SHARD_PLAN),
-        _ => (Vec::new(), SHARD_PLAN),
+    let model = match app {
+        "ps-lda" => vec!["--config", corpus.as_str()],
+        _ => Vec::new(),
     };
     let last = job(app).1;
     let fixed = fixed_run(app, "ssp");
-    let args = [&model[..], &["--standby-shards", "1", "--scale", plan]].concat();
+    let args = [
+        &model[..],
+        &["--standby-shards", "1", "--scale", SHARD_PLAN],
+    ]
+    .concat();
     let (m, orphans) = train(app, &dir.path().join("elastic"), "processes", &args);
     assert!(orphans.is_empty(), "{app}: orphans {orphans:?}");
     let changes: Vec<(u64, String)> = (m["changes"].as_array().unwrap().iter())
