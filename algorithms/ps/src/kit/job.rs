@@ -15,7 +15,7 @@ use crate::error::PsError;
 use crate::kit::monitor::is_refused_as_closed;
 use crate::kit::reshard::{ShardSet, coordinator_actor, stop_joiner};
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
-use crate::shells::{self, PlacementNote, PsLayout};
+use crate::shells::{self, PlacementNote, PsLayout, ShardEnd};
 
 /// How long a shard waits for the coordinator to take one of its notes.
 const NOTE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -259,9 +259,9 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             on_checkpoint,
         )?);
     }
-    let served = futures::future::join_all(handles.into_iter().map(|h| h.wait()));
+    let served = futures::future::join_all(handles.into_iter().map(|h| h.wait_end()));
     let results = match placement {
-        Some(_) => serve_elastic::<A, _>(&ctx, &job, &mine, served).await?,
+        Some(_) => serve_elastic::<A>(&ctx, &job, &mine, served).await?,
         None => served.await,
     };
     for r in results {
@@ -276,12 +276,12 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
 
 /// Serves shards that may join and leave: a joining one announces itself to the
 /// coordinator, and once the node is asked to leave each waits to hand its rows over.
-async fn serve_elastic<A: PsApp, F: std::future::Future>(
+async fn serve_elastic<A: PsApp>(
     ctx: &NodeContext,
     job: &PsJob<A>,
     mine: &[u32],
-    served: F,
-) -> Result<F::Output, PsError> {
+    served: impl std::future::Future<Output = Vec<Result<ShardEnd, PsError>>>,
+) -> Result<Vec<Result<ShardEnd, PsError>>, PsError> {
     let to = coordinator_actor::<A>();
     // Asked until answered, resolved each time: the coordinator opens with the monitor,
     // which may start later (its node builds the job first), or on this node. `false`:
@@ -322,7 +322,17 @@ async fn serve_elastic<A: PsApp, F: std::future::Future>(
             for &shard in mine {
                 tell(PlacementNote::ShardLeaving { shard }, shard).await?;
             }
-            Ok(served.await)
+            let ends = served.await;
+            // A shard whose workers ended before its hand-over keeps its rows for the
+            // monitor's final read.
+            for (&shard, end) in mine.iter().zip(&ends) {
+                if let Ok(ShardEnd::AllLeft) = end {
+                    while tell(PlacementNote::Holding { shard }, shard).await? {
+                        tokio::time::sleep(NOTE_TIMEOUT / 5).await;
+                    }
+                }
+            }
+            Ok(ends)
         }
     }
 }

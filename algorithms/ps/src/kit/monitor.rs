@@ -374,10 +374,10 @@ pub(crate) async fn monitor_role<A: PsApp>(
         }
         let _ = tokio::time::timeout(job.app.eval_interval(), notified).await;
     }
+    let output = job.app.finish(state, &m).await?;
     if let Some(c) = coordinator.as_mut() {
         c.close(m.node, &job)?;
     }
-    let output = job.app.finish(state, &m).await?;
     job.app.write_outputs(&output)?;
     job.set_result(output);
     Ok(())

@@ -102,6 +102,7 @@ impl Coordinator {
             match n {
                 PlacementNote::ShardJoined { shard } => self.queue.push_back(Change::Join(shard)),
                 PlacementNote::ShardLeaving { shard } => self.queue.push_back(Change::Leave(shard)),
+                PlacementNote::Holding { .. } => {}
                 PlacementNote::Gone { worker } => {
                     self.gone.insert(worker);
                     steps.extend(reshard.as_deref_mut().map(|r| r.gone(worker)));
@@ -162,9 +163,9 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Takes no more changes once every worker ended: later notes are refused (a shard
-    /// that joins then stops itself, one that leaves has nothing to hand over), and the
-    /// joiners that announced themselves meanwhile are stopped.
+    /// Takes no more changes once every worker ended and the final tables were read: later
+    /// notes are refused (a shard that joins then stops itself, one that leaves goes with
+    /// its rows), and the joiners that announced themselves meanwhile are stopped.
     pub fn close<A: PsApp>(&mut self, node: &Node, job: &PsJob<A>) -> Result<(), PsError> {
         self.notes.closed.set(true);
         let notes: Vec<PlacementNote> = self.notes.reports.borrow_mut().drain(..).collect();
