@@ -20,7 +20,7 @@ pub struct MembershipArgs {
     pub standby_workers: usize,
     /// Extra shard nodes marked standby, named after the starting ones: each joins when
     /// started (by `--scale`) and takes its share of the model at the app's next boundary.
-    /// Only for apps whose shards change (ps-mf, ps-lr, p3).
+    /// Only for apps whose shards change (ps-mf, ps-lr, ps-lda, p3).
     #[arg(long, default_value_t = 0)]
     pub standby_shards: usize,
     /// A membership plan (`[cluster] scale`), e.g. `at=2s add w2; at=4s remove w0`: the

@@ -1,7 +1,8 @@
 //! `petrel bench elastic`'s parameter-server apps (ps-lr, ps-mf, ps-lda): each run as
 //! `petrel train` runs it ([`petrel::train::run_ps`]), once with a fixed membership and
 //! once with a standby worker joining and a worker leaving on the bench's plan (its `w<k>`
-//! nodes are `worker-<k>` here). SGD and Gibbs sampling under SSP are not deterministic, so
+//! nodes are `worker-<k>` here), and once with a standby shard joining and a shard
+//! leaving. SGD and Gibbs sampling under SSP are not deterministic, so
 //! `identical` is null and `within_tolerance` compares a final figure (ps-lr: test log-loss
 //! to 0.05, ps-mf: test RMSE to 0.02, the tolerances of the restart tests; ps-lda: training
 //! log-likelihood per token to 0.1, about the spread of the quick job's fixed runs over
@@ -148,7 +149,8 @@ fn shard_plan(plan: &str) -> String {
 }
 
 /// `app` (ps-lr, ps-mf or ps-lda) with a fixed membership against a join and a leave of
-/// workers, and (ps-lr, and ps-mf without `--quick`) of shards, against the same fixed run.
+/// workers, and (ps-lr, and ps-mf and ps-lda without `--quick`) of shards, against the same
+/// fixed run.
 pub(crate) fn compare(
     args: &ElasticBenchArgs,
     app: &str,
@@ -163,8 +165,8 @@ pub(crate) fn compare(
         &fixed,
         run_app(args, app, dir("elastic"), &plan)?,
     );
-    // ps-lda keeps its shards (its app refuses shard changes).
-    let shards = match app == "ps-lr" || (app == "ps-mf" && !args.quick) {
+    // `--quick` keeps one shard run: ps-lda's quick job can end before the plan's changes.
+    let shards = match app == "ps-lr" || !args.quick {
         true => {
             let plan = ["--standby-shards", "1", "--scale", &shard_plan(&args.plan)];
             let elastic = run_app(args, app, dir("shards"), &plan.map(String::from))?;

@@ -278,7 +278,7 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "elastic",
-        "STRADS Lasso, logistic regression, MF and LDA, ps-lr, ps-mf, ps-lda and P3 with a worker joining and one leaving mid-run (P3 also a shard; ps-lr and ps-mf a shard in a run of their own), against a fixed membership: same model (or within tolerance), time lost per change, orphans and hangs",
+        "STRADS Lasso, logistic regression, MF and LDA, ps-lr, ps-mf, ps-lda and P3 with a worker joining and one leaving mid-run (P3 also a shard; ps-lr, ps-mf and ps-lda a shard in a run of their own), against a fixed membership: same model (or within tolerance), time lost per change, orphans and hangs",
         "apps[].within_tolerance apps[].seconds_lost_per_change apps[].orphans apps[].hangs",
     ),
     (

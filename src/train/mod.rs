@@ -112,7 +112,7 @@ impl Membership {
         }
         if m.plan.standby_shards > 0 {
             return Err(CliError::Usage(format!(
-                "--standby-shards: {} has no shard nodes (standby shards are for ps-mf, ps-lr and p3)",
+                "--standby-shards: {} has no shard nodes (standby shards are for ps-mf, ps-lr, ps-lda and p3)",
                 A::NAME
             )));
         }

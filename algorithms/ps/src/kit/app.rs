@@ -88,13 +88,11 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     const MONITOR_ACTOR: &'static str;
     /// Default request timeout (s) of `petrel train` runs; `None`: the cluster default.
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = None;
-    /// Whether workers may join and leave a running job (standby worker nodes, a scale
+    /// Whether workers and shards may join and leave a running job (standby nodes, a scale
     /// plan): its workers take their data by rank among the current ones
-    /// ([`WorkerCtx::current_workers`](crate::kit::WorkerCtx::current_workers)).
+    /// ([`WorkerCtx::current_workers`](crate::kit::WorkerCtx::current_workers)); the kit
+    /// moves a joining or leaving shard's rows at a clock boundary.
     const ELASTIC: bool = false;
-    /// Whether shards may join and leave a running job (their rows migrate at a clock
-    /// boundary); only with [`Self::ELASTIC`].
-    const ELASTIC_SHARDS: bool = false;
 
     /// Checks the settings' values before any node starts (the error names the key).
     fn validate_config(cfg: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {

@@ -12,9 +12,10 @@ use crate::core::placement::Placement;
 use crate::core::shard::{PsShardCore, not_checkpointable};
 use crate::core::types::WorkerId;
 use crate::error::PsError;
-use crate::kit::reshard::{ShardSet, coordinator_actor};
+use crate::kit::monitor::is_refused_as_closed;
+use crate::kit::reshard::{ShardSet, coordinator_actor, stop_joiner};
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
-use crate::shells::{self, PlacementNote, PsLayout};
+use crate::shells::{self, PlacementNote, PsLayout, ShardEnd};
 
 /// How long a shard waits for the coordinator to take one of its notes.
 const NOTE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -169,9 +170,7 @@ pub fn check_membership<A: PsApp>(settings: &Settings, cfg: &A::Config) -> Resul
     let reason = if settings.cluster.on_node_death == OnNodeDeath::Leave {
         "on_node_death = \"leave\": a dead worker never drains its clock, so the job would wait for it; workers join and leave by standby nodes and a scale plan"
     } else if !A::ELASTIC {
-        "its workers are fixed at the start: standby workers and a scale plan are for ps-mf, ps-lr and ps-lda"
-    } else if !A::ELASTIC_SHARDS && shards_change::<A>(settings)? {
-        "its shards are fixed at the start: standby shards and a plan that removes one are for ps-mf and ps-lr"
+        "its workers and shards are fixed at the start: standby nodes and a scale plan are for ps-mf, ps-lr and ps-lda"
     } else if A::checkpointing(cfg)?.is_some_and(|c| c.every > 0) {
         "checkpoints and workers that join or leave do not mix: set checkpoint_every = 0"
     } else if shards_change::<A>(settings)?
@@ -260,9 +259,9 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             on_checkpoint,
         )?);
     }
-    let served = futures::future::join_all(handles.into_iter().map(|h| h.wait()));
+    let served = futures::future::join_all(handles.into_iter().map(|h| h.wait_end()));
     let results = match placement {
-        Some(_) => serve_elastic::<A, _>(&ctx, &job, &mine, served).await?,
+        Some(_) => serve_elastic::<A>(&ctx, &job, &mine, served).await?,
         None => served.await,
     };
     for r in results {
@@ -277,16 +276,17 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
 
 /// Serves shards that may join and leave: a joining one announces itself to the
 /// coordinator, and once the node is asked to leave each waits to hand its rows over.
-async fn serve_elastic<A: PsApp, F: std::future::Future>(
+async fn serve_elastic<A: PsApp>(
     ctx: &NodeContext,
     job: &PsJob<A>,
     mine: &[u32],
-    served: F,
-) -> Result<F::Output, PsError> {
+    served: impl std::future::Future<Output = Vec<Result<ShardEnd, PsError>>>,
+) -> Result<Vec<Result<ShardEnd, PsError>>, PsError> {
     let to = coordinator_actor::<A>();
     // Asked until answered, resolved each time: the coordinator opens with the monitor,
-    // which may start later (its node builds the job first), or on this node.
-    let tell = async |note: PlacementNote, shard: u32| -> Result<(), PsError> {
+    // which may start later (its node builds the job first), or on this node. `false`:
+    // refused, as every worker ended.
+    let tell = async |note: PlacementNote, shard: u32| -> Result<bool, PsError> {
         let deadline = tokio::time::Instant::now() + SHARDS_READY_TIMEOUT;
         loop {
             let coordinator = ctx.node.actor_at::<PlacementNote>(&job.monitor_node, &to)?;
@@ -294,7 +294,8 @@ async fn serve_elastic<A: PsApp, F: std::future::Future>(
                 .ask(note.clone(), Priority::HIGH, NOTE_TIMEOUT)
                 .await
             {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
+                Err(e) if is_refused_as_closed(&e) => return Ok(false),
                 Err(source) if tokio::time::Instant::now() >= deadline => {
                     return Err(PsError::Placement { shard, source });
                 }
@@ -304,17 +305,34 @@ async fn serve_elastic<A: PsApp, F: std::future::Future>(
         }
     };
     for &shard in mine.iter().filter(|s| job.standby_shards.contains(s)) {
-        tell(PlacementNote::ShardJoined { shard }, shard).await?;
+        if !tell(PlacementNote::ShardJoined { shard }, shard).await? {
+            tracing::info!(shard, "the job's workers ended before this shard joined");
+            let current = job.shard_set().placement.clone();
+            if let Some(current) = current {
+                stop_joiner(&ctx.node, &job.layout, &current, shard)?;
+            }
+        }
     }
     let served = std::pin::pin!(served);
     let leave = std::pin::pin!(ctx.node.leave_requested());
     match futures::future::select(served, leave).await {
         futures::future::Either::Left((done, _)) => Ok(done),
         futures::future::Either::Right(((), served)) => {
+            // Refused: the workers ended, and their end ends the shard.
             for &shard in mine {
                 tell(PlacementNote::ShardLeaving { shard }, shard).await?;
             }
-            Ok(served.await)
+            let ends = served.await;
+            // A shard whose workers ended before its hand-over keeps its rows for the
+            // monitor's final read.
+            for (&shard, end) in mine.iter().zip(&ends) {
+                if let Ok(ShardEnd::AllLeft) = end {
+                    while tell(PlacementNote::Holding { shard }, shard).await? {
+                        tokio::time::sleep(NOTE_TIMEOUT / 5).await;
+                    }
+                }
+            }
+            Ok(ends)
         }
     }
 }
@@ -427,7 +445,11 @@ mod tests {
             "shards that join or leave and workers that join",
         );
         let (s, _) = shards(false);
-        let lda = check_membership::<PsLda>(&s, &PsLdaSettings::default());
-        assert!(lda.is_err_and(|e| e.to_string().contains("shards are fixed at the start")));
+        let lda = PsLdaSettings {
+            checkpoint_every: 0,
+            ..PsLdaSettings::default()
+        };
+        let lda = check_membership::<PsLda>(&s, &lda);
+        assert!(lda.is_ok(), "{lda:?}");
     }
 }

@@ -103,7 +103,7 @@ pub struct PsTrainArgs<C: clap::Args> {
     #[arg(long)]
     pub request_timeout_s: Option<u64>,
     /// Standby workers and shards and the scale plan (workers with `--checkpoint-every 0`;
-    /// shards for ps-mf and ps-lr, with `--checkpoint-every 0` and no standby workers).
+    /// shards with `--checkpoint-every 0` and no standby workers).
     #[command(flatten)]
     pub membership: MembershipArgs,
 }

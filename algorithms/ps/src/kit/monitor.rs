@@ -1,6 +1,6 @@
 //! The monitor role: the report inbox, periodic evaluation, stop requests, the outputs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -120,6 +120,9 @@ impl<M: 'static> Actor for MonitorInbox<M> {
 impl<M: RemoteMessage<Reply = ()>> Handler<Msg<M>> for MonitorInbox<M> {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<M>, _: &mut Context<Self>) -> Self::Result {
+        if self.0.closed.get() {
+            return Err(HandlerError::new(INBOX_CLOSED));
+        }
         self.0.reports.borrow_mut().push(msg.body);
         self.0.notify.notify_waiters();
         Ok(())
@@ -132,6 +135,16 @@ pub struct MonitorReports<M> {
     pub reports: Rc<RefCell<Vec<M>>>,
     /// Notified on every new report.
     pub notify: Rc<Notify>,
+    /// Set once no more reports are taken: later ones are refused.
+    pub(crate) closed: Rc<Cell<bool>>,
+}
+
+/// The refusal of a report to a closed inbox, as its sender reads it back.
+const INBOX_CLOSED: &str = "the job ended: this inbox takes no more reports";
+
+/// Whether `error` answered a report to an inbox already closed.
+pub(crate) fn is_refused_as_closed(error: &petrel_actors::AskError) -> bool {
+    error.to_string().contains(INBOX_CLOSED)
 }
 
 /// Starts a monitor inbox registered as `actor` on this node for reports of type `M`.
@@ -139,13 +152,18 @@ pub fn open_monitor<M: RemoteMessage<Reply = ()>>(
     node: &Node,
     actor: &str,
 ) -> Result<MonitorReports<M>, PsError> {
-    let (reports, notify) = (Rc::new(RefCell::new(Vec::new())), Rc::new(Notify::new()));
+    let reports = MonitorReports {
+        reports: Rc::new(RefCell::new(Vec::new())),
+        notify: Rc::new(Notify::new()),
+        closed: Rc::new(Cell::new(false)),
+    };
     let inbox = MonitorInbox(MonitorReports {
-        reports: reports.clone(),
-        notify: notify.clone(),
+        reports: reports.reports.clone(),
+        notify: reports.notify.clone(),
+        closed: reports.closed.clone(),
     });
     node.register(actor, inbox.start())?.accept::<M>();
-    Ok(MonitorReports { reports, notify })
+    Ok(reports)
 }
 
 /// What the monitor's code sees: the node, the layout and the time since it started.
@@ -357,6 +375,9 @@ pub(crate) async fn monitor_role<A: PsApp>(
         let _ = tokio::time::timeout(job.app.eval_interval(), notified).await;
     }
     let output = job.app.finish(state, &m).await?;
+    if let Some(c) = coordinator.as_mut() {
+        c.close(m.node, &job)?;
+    }
     job.app.write_outputs(&output)?;
     job.set_result(output);
     Ok(())

@@ -102,6 +102,7 @@ impl Coordinator {
             match n {
                 PlacementNote::ShardJoined { shard } => self.queue.push_back(Change::Join(shard)),
                 PlacementNote::ShardLeaving { shard } => self.queue.push_back(Change::Leave(shard)),
+                PlacementNote::Holding { .. } => {}
                 PlacementNote::Gone { worker } => {
                     self.gone.insert(worker);
                     steps.extend(reshard.as_deref_mut().map(|r| r.gone(worker)));
@@ -139,25 +140,13 @@ impl Coordinator {
             let workers = (0..job.layout.n_workers())
                 .filter(|w| !job.standby.contains(w) && !self.gone.contains(w));
             let mut r = Reshard::new(&current, &after, workers)?;
-            if r.workers().is_empty() {
-                // The job is ending: nothing to move the rows for; a joiner just stops.
+            let Some(cut) = self.pause_workers(node, job, &mut r).await? else {
+                // The workers ended first: nothing to move the rows for; a joiner stops.
                 if let Change::Join(s) = change {
-                    let query = ShardQuery::TakeOver {
-                        next: current.clone(),
-                        joining: Some((0, Vec::new())),
-                        tables: Vec::new(),
-                    };
-                    // Told: the joiner stops at once, and an answer could be lost.
-                    let at = &job.layout.shard_nodes[s as usize];
-                    let shard = node.actor_at::<ShardQuery>(at, &shard_actor_name(s))?;
-                    if let Err(e) = shard.tell(query, Priority::HIGH) {
-                        tracing::warn!(shard = s, error = %e, "stop not sent");
-                    }
+                    stop_joiner(node, &job.layout, &current, s)?;
                 }
                 continue;
-            }
-            let cut = self.pause_workers(node, job, &mut r).await?;
-            let Some(cut) = cut else { continue };
+            };
             self.hand_over(node, job, &current, &r, cut).await?;
             let (shard, what) = match change {
                 Change::Join(s) => (s, "shard joined"),
@@ -170,6 +159,29 @@ impl Coordinator {
                 change: what.into(),
                 clock: cut,
             });
+        }
+        Ok(())
+    }
+
+    /// Takes no more changes once every worker ended and the final tables were read: later
+    /// notes are refused (a shard that joins then stops itself, one that leaves goes with
+    /// its rows), and the joiners that announced themselves meanwhile are stopped.
+    pub fn close<A: PsApp>(&mut self, node: &Node, job: &PsJob<A>) -> Result<(), PsError> {
+        self.notes.closed.set(true);
+        let notes: Vec<PlacementNote> = self.notes.reports.borrow_mut().drain(..).collect();
+        let joined = notes.into_iter().filter_map(|n| match n {
+            PlacementNote::ShardJoined { shard } => Some(shard),
+            _ => None,
+        });
+        let queued = self.queue.drain(..).filter_map(|c| match c {
+            Change::Join(s) => Some(s),
+            Change::Leave(_) => None,
+        });
+        let Some(current) = job.shard_set().placement.clone() else {
+            return Ok(());
+        };
+        for s in queued.collect::<Vec<_>>().into_iter().chain(joined) {
+            stop_joiner(node, &job.layout, &current, s)?;
         }
         Ok(())
     }
@@ -259,6 +271,31 @@ impl Coordinator {
     }
 }
 
+/// Stops joining shard `shard` of a job whose workers all ended: it takes `current` with no
+/// members and no rows. Told, not asked: the joiner stops at once, and an answer could be
+/// lost.
+pub(crate) fn stop_joiner(
+    node: &Node,
+    layout: &shells::PsLayout,
+    current: &Placement,
+    shard: u32,
+) -> Result<(), PsError> {
+    let query = ShardQuery::TakeOver {
+        next: current.clone(),
+        joining: Some((0, Vec::new())),
+        tables: Vec::new(),
+    };
+    let Some(at) = layout.shard_nodes.get(shard as usize) else {
+        tracing::warn!(shard, "stop not sent: no such shard");
+        return Ok(());
+    };
+    let to = node.actor_at::<ShardQuery>(at, &shard_actor_name(shard))?;
+    if let Err(e) = to.tell(query, Priority::HIGH) {
+        tracing::warn!(shard, error = %e, "stop not sent");
+    }
+    Ok(())
+}
+
 /// Adds `snap`'s rows to `out`, split by their owner under `next`.
 fn split(next: &Placement, snap: TableSnapshot, out: &mut Vec<(u32, TableSnapshot)>) {
     for (row, data) in snap.rows {
@@ -295,3 +332,6 @@ fn tell_workers<A: PsApp>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -105,6 +105,12 @@ pub enum PlacementNote {
         /// The shard.
         shard: u32,
     },
+    /// Shard `shard`, asked to leave, still holds its rows as every worker ended first: it
+    /// asks until refused (the coordinator closed once the final tables were read).
+    Holding {
+        /// The shard.
+        shard: u32,
+    },
 }
 remote_message!(PlacementNote => (), "petrel.ps.placement_note");
 

@@ -30,4 +30,4 @@ pub use query::{
     Shards, admit_everywhere, merge_tables, snapshot_all, snapshot_of, wait_for_all_left,
     wait_for_min_clock, wait_for_shards, wait_for_shards_of, workers_joined,
 };
-pub use shard::{OnCheckpoint, ServerShard, ShardHandle, start_shard, start_shard_core};
+pub use shard::{OnCheckpoint, ServerShard, ShardEnd, ShardHandle, start_shard, start_shard_core};

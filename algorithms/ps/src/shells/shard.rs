@@ -23,7 +23,18 @@ use petrel_actors::node::Node;
 #[derive(Debug)]
 enum ShardEvent {
     AllLeft,
+    /// It handed its rows over and was told to stop.
+    Retired,
     Failed(PsError),
+}
+
+/// How a shard's service ended ([`ShardHandle::wait_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardEnd {
+    /// Every worker left (or none was to come).
+    AllLeft,
+    /// It handed its rows over to the shards of a new placement.
+    Retired,
 }
 
 /// The server shard actor: feeds [`ToShard`] messages into its core, routes its decisions.
@@ -203,7 +214,7 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
             ShardQuery::Retire => {
                 if (self.core.placement()).is_some_and(|(me, p)| !p.has(*me)) {
                     tracing::info!(shard = self.shard, "ps shard handed its rows over; leaving");
-                    let _ = self.events.send(ShardEvent::AllLeft);
+                    let _ = self.events.send(ShardEvent::Retired);
                 }
                 (Vec::new(), None, Vec::new())
             }
@@ -271,9 +282,15 @@ pub struct ShardHandle {
 
 impl ShardHandle {
     /// Serves until every worker left (`Ok`) or the shard failed.
-    pub async fn wait(mut self) -> Result<(), PsError> {
+    pub async fn wait(self) -> Result<(), PsError> {
+        self.wait_end().await.map(|_| ())
+    }
+
+    /// [`ShardHandle::wait`], saying how the service ended.
+    pub async fn wait_end(mut self) -> Result<ShardEnd, PsError> {
         match self.events.recv().await {
-            Some(ShardEvent::AllLeft) => Ok(()),
+            Some(ShardEvent::AllLeft) => Ok(ShardEnd::AllLeft),
+            Some(ShardEvent::Retired) => Ok(ShardEnd::Retired),
             Some(ShardEvent::Failed(e)) => Err(e),
             None => Err(PsError::ShardStopped { shard: self.shard }),
         }

@@ -538,7 +538,7 @@ impl PsApp for PsLda {
             managed_rows_sent: early,
             per_worker_sent_bytes: m.done.iter().map(|d| d.base.sent_bytes).collect(),
             per_worker_received_bytes: m.done.iter().map(|d| d.base.received_bytes).collect(),
-            changes: WorkerChange::of_reports(&bases),
+            changes: ctx.changes(&bases),
         };
         tracing::info!(
             loglik_per_token = final_ll,

@@ -145,7 +145,6 @@ impl PsApp for PsLr {
     };
     const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
     const ELASTIC: bool = true;
-    const ELASTIC_SHARDS: bool = true;
 
     fn validate_config(cfg: &PsLrSettings) -> Result<(), InvalidSetting> {
         cfg.validate()

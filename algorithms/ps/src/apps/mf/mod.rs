@@ -193,7 +193,6 @@ impl PsApp for PsMf {
     const SECTION: &'static str = "mf";
     const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
     const ELASTIC: bool = true;
-    const ELASTIC_SHARDS: bool = true;
 
     fn validate_config(cfg: &PsMfSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
