@@ -205,3 +205,29 @@ fn the_deal_order_makes_each_static_share_one_range() {
         );
     }
 }
+
+#[test]
+fn a_fixed_cost_per_round_is_balanced_in_few_re_deals() {
+    // Each round costs a fixed 2 ms besides 1 us per unit, and worker 0 is twice as slow
+    // at both: the balanced split gives it less than a third (equal round times), and the
+    // smoothed time per unit of the old share must not make it creep there deal by deal.
+    let (fixed, per_unit, total) = (2e-3, 1e-6, 12_000u64);
+    let mut b = LoadBalancer::new(vec![total / 2, total / 2]).unwrap();
+    let mut deals = 0;
+    for _ in 0..300 {
+        let shares = b.shares().to_vec();
+        for (w, (&s, slow)) in shares.iter().zip([2.0, 1.0]).enumerate() {
+            b.observe(w, slow * (fixed + s as f64 * per_unit));
+        }
+        if b.rebalance().is_some() {
+            deals += 1;
+            b.deal_cost(5e-3);
+        }
+    }
+    // Equal times: 2 (f + s0 p) = f + (total - s0) p.
+    let balanced = (total as f64 - fixed / per_unit) / 3.0;
+    let s0 = b.shares()[0] as f64;
+    let round = |s0: f64| (2.0 * (fixed + s0 * per_unit)).max(fixed + (total as f64 - s0) * per_unit);
+    assert!(round(s0) <= round(balanced) * 1.06, "{:?}", b.shares());
+    assert!(deals <= 3, "{deals} re-deals");
+}
