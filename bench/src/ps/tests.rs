@@ -1,4 +1,6 @@
+use super::roles::check_pull;
 use super::*;
+use petrel_ps::core::types::shard_of;
 
 /// Seen under load with 2 workers: a pull after 9 pushes each held 19, one push of the
 /// other worker's next clock. That is within BSP; a missing push or a second extra is

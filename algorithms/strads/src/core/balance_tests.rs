@@ -227,7 +227,8 @@ fn a_fixed_cost_per_round_is_balanced_in_few_re_deals() {
     // Equal times: 2 (f + s0 p) = f + (total - s0) p.
     let balanced = (total as f64 - fixed / per_unit) / 3.0;
     let s0 = b.shares()[0] as f64;
-    let round = |s0: f64| (2.0 * (fixed + s0 * per_unit)).max(fixed + (total as f64 - s0) * per_unit);
+    let round =
+        |s0: f64| (2.0 * (fixed + s0 * per_unit)).max(fixed + (total as f64 - s0) * per_unit);
     assert!(round(s0) <= round(balanced) * 1.06, "{:?}", b.shares());
     assert!(deals <= 3, "{deals} re-deals");
 }

@@ -1,3 +1,4 @@
+use super::triplets::{TABLE_IDS, numeric_id, numeric_triplet};
 use super::*;
 use crate::data::testing::{line_of, mostly, refused, write_in};
 

@@ -1,6 +1,7 @@
 // Over 600 lines: the client core's consistency cases share one fixture set.
 use super::*;
 use crate::core::shard::PsShardCore;
+use crate::core::shard::ShardAction;
 use crate::core::types::shard_of;
 use crate::core::types::{Consistency, UpdateRuleSpec};
 
