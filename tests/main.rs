@@ -36,6 +36,7 @@ mod restart_checkpoint_message;
 mod run_dirs;
 mod saved_model_checks;
 mod settings_checks;
+mod standby_after_end;
 mod strads_apps;
 mod strads_checkpoint;
 mod strads_lasso;

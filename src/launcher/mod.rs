@@ -16,6 +16,7 @@
 //! children (SIGTERM to each group, SIGKILL after the grace) and fails with
 //! [`LaunchError::Interrupted`].
 
+mod job_end;
 mod node;
 mod processes;
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! `--processes`: the private run directory, one child process per node, and their relays.
 
+use super::job_end::JobEnd;
 use super::node::{FAILURES, NodePeak, REQUEST_FAILURES, recorded_peak, wait_for_signal};
 use super::{
     ChildCommand, LAUNCH_DIR_ENV, LaunchError, LaunchOptions, LaunchReport, ROOT_CAUSE_GRACE,
@@ -90,6 +91,8 @@ pub struct Running {
     standby: Vec<(Duration, usize)>,
     /// A node killed by a signal has left the job (`on_node_death = "leave"`).
     death_is_leave: bool,
+    /// Whether the job has ended, for the standby nodes.
+    job_end: JobEnd,
     spawner: NodeSpawner,
     /// Where each node serves `/metrics`, by node name.
     metrics: Vec<(String, String)>,
@@ -220,9 +223,14 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         .iter()
         .map(|n| (n.name.clone(), n.roles.join(", ")))
         .collect();
+    let job_end = JobEnd::new(
+        settings.coordinator_name(),
+        children.iter().map(|(name, _)| name.clone()),
+    );
     Ok(Running {
         children,
         standby,
+        job_end,
         death_is_leave: settings.cluster.on_node_death == petrel_actors::OnNodeDeath::Leave,
         spawner,
         metrics,
@@ -362,6 +370,7 @@ impl Running {
                         let rss_mb = recorded.rss_mb.max(sampled);
                         peaks.insert(name.clone(), NodePeak { rss_mb, ..recorded });
                     }
+                    self.job_end.exited(name, status.success(), Instant::now());
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));
                         if let Some(job) = &self.job {
@@ -383,11 +392,23 @@ impl Running {
             if let Some((name, status, _)) = root.or(failed.first().filter(|_| waited_enough)) {
                 break Err(node_failure(&self.run_dir, &self.roles, name, status));
             }
-            if finished.len() + lost.len() == self.children.len() {
+            if !self.job_end.may_start_standby() {
                 for (at, i) in self.standby.drain(..) {
                     let name = self.roles.get(i).map_or("?", |(n, _)| n.as_str());
                     tracing::info!(node = %name, at = ?at, "the job finished before the scale plan started this node");
                 }
+            }
+            if finished.len() + lost.len() == self.children.len() {
+                break Ok(());
+            }
+            if self.job_end.standby_missed_the_job(Instant::now()) {
+                // Only standby nodes still run: joiners whose coordinator already left.
+                for (name, child) in &mut self.children {
+                    if matches!(child.try_wait(), Ok(None)) {
+                        tracing::info!(node = %name, "the job ended before this standby node joined; stopping it");
+                    }
+                }
+                stop_all(&mut self.children).await;
                 break Ok(());
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
